@@ -1,0 +1,19 @@
+"""Size and count limits of the wire protocol (PROTOCOL.md, Limits)."""
+
+MAX_BODY_BYTES = 256 * 1024
+MAX_CONTENT_BYTES = 32 * 1024
+MAX_QUERY_CHARS = 4096
+MAX_METADATA_BYTES = 8 * 1024
+# Deep nesting can only come from `metadata` (or an attack); real requests stay shallow.
+MAX_NESTING = 32
+MAX_TAGS = 32
+MAX_IDS = 100
+MAX_SEARCH_LIMIT = 100
+MAX_LIST_LIMIT = 200
+# RediSearch refuses to page past MAXSEARCHRESULTS (10k by default).
+MAX_LIST_OFFSET = 10_000
+MAX_EMBEDDING_DIM = 4096
+MAX_AGENT_ID_CHARS = 128
+MAX_SOURCE_CHARS = 1024
+MAX_ID_CHARS = 64
+PREVIEW_CHARS = 100

@@ -1,0 +1,279 @@
+"""Every request, reply, error and event of the wire protocol, as msgspec Structs.
+
+Requests are strict (unknown fields are errors); replies and events are read leniently so
+that handlers can add fields without breaking clients. `kw_only` is not inherited, so each
+class sets it.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+from contracts import limits
+from contracts.subjects import WORKFLOW_ID_PATTERN
+from contracts.types import TYPE_NAME_PATTERN
+
+TAG_PATTERN = r"^[a-z0-9_:.-]{1,64}$"
+_TAG_RE = re.compile(TAG_PATTERN)
+
+TypeName = Annotated[str, msgspec.Meta(pattern=TYPE_NAME_PATTERN)]
+WorkflowId = Annotated[str, msgspec.Meta(pattern=WORKFLOW_ID_PATTERN)]
+MemoryId = Annotated[str, msgspec.Meta(min_length=1, max_length=limits.MAX_ID_CHARS)]
+Ids = Annotated[list[MemoryId], msgspec.Meta(min_length=1, max_length=limits.MAX_IDS)]
+Importance = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
+Tags = Annotated[list[str], msgspec.Meta(max_length=limits.MAX_TAGS)]
+TypeList = Annotated[list[TypeName], msgspec.Meta(max_length=64)]
+Embedding = Annotated[list[float], msgspec.Meta(min_length=1, max_length=limits.MAX_EMBEDDING_DIM)]
+Query = Annotated[str, msgspec.Meta(min_length=1, max_length=limits.MAX_QUERY_CHARS)]
+AgentId = Annotated[str, msgspec.Meta(min_length=1, max_length=limits.MAX_AGENT_ID_CHARS)]
+Source = Annotated[str, msgspec.Meta(max_length=limits.MAX_SOURCE_CHARS)]
+ReadScope = Literal["both", "workflow", "general"]
+StoreScope = Literal["general", "workflow"]
+
+
+def normalize_tags(tags: list[str]) -> list[str]:
+    """Lower-case, check and de-duplicate tags, keeping their first-seen order."""
+    out: list[str] = []
+    for tag in tags:
+        low = tag.lower()
+        if not _TAG_RE.match(low):
+            raise ValueError(
+                f"Invalid tag {tag!r}: after lower-casing, a tag must match {TAG_PATTERN}"
+                " (letters, digits, _ : . -; at most 64 characters)"
+            )
+        if low not in out:
+            out.append(low)
+    return out
+
+
+# --------------------------------------------------------------------------- requests
+
+
+class Request(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """Base of every request body."""
+
+
+class AddRequest(Request, kw_only=True):
+    type: TypeName
+    content: Annotated[str, msgspec.Meta(min_length=1)]
+    tags: Tags = []
+    importance: Importance | None = None
+    workflow_id: WorkflowId | None = None
+    scope: StoreScope | None = None
+    ttl_s: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    agent_id: AgentId | None = None
+    source: Source | None = None
+    # Kept as raw JSON so it is returned exactly as given (an empty Raw: not given).
+    metadata: msgspec.Raw = msgspec.Raw()
+    embedding: Embedding | None = None
+
+    def __post_init__(self) -> None:
+        self.tags = normalize_tags(self.tags)
+
+
+class SearchRequest(Request, kw_only=True):
+    query: Query | None = None
+    workflow_id: WorkflowId | None = None
+    scope: ReadScope = "both"
+    types: TypeList | None = None
+    tags: Tags | None = None
+    limit: Annotated[int, msgspec.Meta(ge=1, le=limits.MAX_SEARCH_LIMIT)] = 10
+    min_score: float | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    embedding: Embedding | None = None
+
+    def __post_init__(self) -> None:
+        if self.query is None and self.embedding is None:
+            raise ValueError("search needs a `query` (text) or an `embedding`")
+        if self.tags is not None:
+            self.tags = normalize_tags(self.tags)
+
+
+class DescribeRequest(Request, kw_only=True):
+    workflow_id: WorkflowId | None = None
+    scope: ReadScope = "both"
+
+
+class ListRequest(Request, kw_only=True):
+    mode: Literal["full", "compact"] = "full"
+    types: TypeList | None = None
+    tags: Tags | None = None
+    workflow_id: WorkflowId | None = None
+    scope: ReadScope = "both"
+    limit: Annotated[int, msgspec.Meta(ge=1, le=limits.MAX_LIST_LIMIT)] = 20
+    offset: Annotated[int, msgspec.Meta(ge=0, le=limits.MAX_LIST_OFFSET)] = 0
+
+    def __post_init__(self) -> None:
+        if self.tags is not None:
+            self.tags = normalize_tags(self.tags)
+
+
+class GetRequest(Request, kw_only=True):
+    ids: Ids
+
+
+class DeleteRequest(Request, kw_only=True):
+    ids: Ids
+
+
+class ClearByTypeRequest(Request, kw_only=True):
+    type: TypeName
+    workflow_id: WorkflowId | None = None
+    scope: StoreScope = "workflow"
+
+    def __post_init__(self) -> None:
+        if self.scope == "workflow" and self.workflow_id is None:
+            raise ValueError(
+                "clear_by_type deletes in bulk, so it never guesses: give a `workflow_id`"
+                ' (scope "workflow") or an explicit `scope: "general"`'
+            )
+
+
+REQUEST_TYPES: dict[str, type[Request]] = {
+    "add": AddRequest,
+    "search": SearchRequest,
+    "describe": DescribeRequest,
+    "list": ListRequest,
+    "get": GetRequest,
+    "delete": DeleteRequest,
+    "clear_by_type": ClearByTypeRequest,
+}
+
+# --------------------------------------------------------------------------- records
+
+
+class Memory(msgspec.Struct, kw_only=True):
+    """A stored memory as replies show it (never with its embedding)."""
+
+    id: str
+    type: str
+    content: str
+    tags: list[str] = []
+    importance: float = 0.0
+    workflow_id: str | None = None
+    agent_id: str | None = None
+    source: str | None = None
+    metadata: dict[str, Any] = {}
+    created_at: datetime
+    updated_at: datetime
+    expires_at: datetime | None = None
+    access_count: int = 0
+    last_accessed_at: datetime | None = None
+
+
+class ScoredMemory(Memory, kw_only=True):
+    score: float = 0.0
+    similarity: float = 0.0
+
+
+class CompactMemory(msgspec.Struct, kw_only=True):
+    id: str
+    type: str
+    preview: str
+    tags: list[str] = []
+    importance: float = 0.0
+    workflow_id: str | None = None
+    created_at: datetime
+
+
+def preview(content: str) -> str:
+    if len(content) <= limits.PREVIEW_CHARS:
+        return content
+    return content[: limits.PREVIEW_CHARS] + "..."
+
+
+# --------------------------------------------------------------------------- replies
+
+
+class Reply(msgspec.Struct, kw_only=True):
+    success: bool = True
+
+
+class ErrorReply(Reply, kw_only=True):
+    success: bool = False
+    code: str
+    error: str
+
+
+class AddReply(Reply, kw_only=True):
+    id: str
+    workflow_id: str | None
+    importance: float
+    expires_at: datetime | None
+
+
+class SearchReply(Reply, kw_only=True):
+    results: list[ScoredMemory]
+
+
+class DescribeReply(Reply, kw_only=True):
+    total: int
+    by_type: dict[str, int]
+    tags: list[str]
+    scope: ReadScope
+    workflow_id: str | None
+    workflow_count: int
+    general_count: int
+    oldest: datetime | None
+    newest: datetime | None
+    embedder: str
+    dimension: int
+
+
+class ListReply(Reply, kw_only=True):
+    count: int
+    total: int
+    mode: Literal["full"] = "full"
+    memories: list[Memory]
+
+
+class CompactListReply(Reply, kw_only=True):
+    count: int
+    total: int
+    mode: Literal["compact"] = "compact"
+    memories: list[CompactMemory]
+
+
+class GetReply(Reply, kw_only=True):
+    memories: list[Memory]
+    missing: list[str]
+
+
+class DeleteReply(Reply, kw_only=True):
+    deleted: int
+    missing: list[str]
+
+
+class ClearByTypeReply(Reply, kw_only=True):
+    deleted: int
+
+
+# --------------------------------------------------------------------------- events
+
+EventAction = Literal["added", "updated", "deleted", "expired"]
+
+
+class Event(msgspec.Struct, kw_only=True):
+    action: str
+    id: str
+    type: str
+    workflow_id: str | None
+    agent_id: str | None
+    at: datetime
+    preview: str
+
+
+ERROR_CODES: tuple[str, ...] = (
+    "invalid_request",
+    "not_found",
+    "conflict",
+    "too_large",
+    "forbidden",
+    "unavailable",
+    "internal",
+)

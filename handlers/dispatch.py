@@ -1,0 +1,124 @@
+"""The one place that turns request bytes into a message, runs the operation, and turns the
+result or error into reply bytes. Every endpoint shares this error path."""
+
+from __future__ import annotations
+
+import difflib
+import re
+import time
+import uuid
+
+import msgspec
+import structlog
+
+from contracts import limits
+from contracts.messages import REQUEST_TYPES, ErrorReply, Request
+from contracts.subjects import NAMESPACE_PATTERN, is_valid_namespace, parse_request_subject
+from handlers.errors import HandlerError, InvalidRequest, TooLarge
+from handlers.operations import OPERATIONS, Deps
+
+log = structlog.get_logger("membus.dispatch")
+
+_decoders = {op: msgspec.json.Decoder(cls) for op, cls in REQUEST_TYPES.items()}
+_encoder = msgspec.json.Encoder()
+_STRING_RE = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_BRACKET_RE = re.compile(rb"[\[\]{}]")
+_UNKNOWN_FIELD_RE = re.compile(r"unknown field `([^`]*)`")
+
+
+def check_nesting(body: bytes, max_depth: int = limits.MAX_NESTING) -> None:
+    """Refuse absurd nesting before the decoder recurses into it."""
+    if body.count(b"[") + body.count(b"{") <= max_depth:
+        return
+    depth = 0
+    # Brackets inside strings do not nest; drop the strings first (C-speed regex).
+    for bracket in _BRACKET_RE.findall(_STRING_RE.sub(b'""', body)):
+        if bracket in (b"[", b"{"):
+            depth += 1
+            if depth > max_depth:
+                raise InvalidRequest(
+                    f"The request nests deeper than {max_depth} levels; flatten `metadata`."
+                )
+        else:
+            depth -= 1
+
+
+def _explain(op: str, exc: msgspec.ValidationError) -> str:
+    text = str(exc)
+    fields = REQUEST_TYPES[op].__struct_fields__
+    if match := _UNKNOWN_FIELD_RE.search(text):
+        name = match.group(1)
+        close = difflib.get_close_matches(name, fields, n=1)
+        hint = f' Did you mean "{close[0]}"?' if close else ""
+        return f'Unknown field "{name}" in {op} request.{hint} Known fields: {", ".join(fields)}.'
+    return f"Invalid {op} request: {text}."
+
+
+def decode_request(op: str, body: bytes) -> Request:
+    if len(body) > limits.MAX_BODY_BYTES:
+        raise TooLarge(
+            f"The request body is {len(body)} bytes; the limit is {limits.MAX_BODY_BYTES}"
+            " (256 KiB). Send less: content up to 32 KiB, metadata up to 8 KiB."
+        )
+    if not body.strip():
+        body = b"{}"
+    check_nesting(body)
+    try:
+        return _decoders[op].decode(body)
+    except msgspec.ValidationError as exc:
+        raise InvalidRequest(_explain(op, exc)) from None
+    except msgspec.DecodeError as exc:
+        raise InvalidRequest(
+            f"The request body is not valid JSON ({exc}). Send one UTF-8 JSON object."
+        ) from None
+    except RecursionError:
+        raise InvalidRequest("The request nests too deeply; flatten `metadata`.") from None
+
+
+def _result_count(reply: msgspec.Struct) -> int | None:
+    for name in ("results", "memories"):
+        items = getattr(reply, name, None)
+        if isinstance(items, list):
+            return len(items)
+    for name in ("deleted", "total"):
+        value = getattr(reply, name, None)
+        if isinstance(value, int):
+            return value
+    return None
+
+
+async def dispatch(op: str, subject: str, body: bytes, deps: Deps) -> tuple[bytes, HandlerError | None]:
+    """Reply bytes, and the error when the reply is one."""
+    request_id = uuid.uuid4().hex[:16]
+    parsed = parse_request_subject(subject)
+    ns = parsed[0] if parsed else ""
+    structlog.contextvars.clear_contextvars()
+    structlog.contextvars.bind_contextvars(request_id=request_id, op=op, ns=ns)
+    started = time.perf_counter()
+    error: HandlerError | None = None
+    count: int | None = None
+    try:
+        if not is_valid_namespace(ns):
+            raise InvalidRequest(
+                f"Namespace {ns!r} in subject {subject!r} must match {NAMESPACE_PATTERN}."
+            )
+        request = decode_request(op, body)
+        reply = await OPERATIONS[op](ns, request, deps)
+        out = _encoder.encode(reply)
+        count = _result_count(reply)
+    except HandlerError as exc:
+        error = exc
+    except Exception:
+        log.exception("request.failed")
+        error = HandlerError(
+            f"Internal error (correlation id {request_id}); the handler logs have the details."
+        )
+    if error is not None:
+        out = _encoder.encode(ErrorReply(code=error.code, error=error.message))
+    log.info(
+        "request.done",
+        ms=round((time.perf_counter() - started) * 1000, 3),
+        count=count,
+        code=error.code if error else None,
+    )
+    return out, error

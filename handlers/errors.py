@@ -1,0 +1,43 @@
+"""Errors an operation raises; each carries the protocol `code` its reply shows."""
+
+from __future__ import annotations
+
+
+class HandlerError(Exception):
+    code = "internal"
+    # The NATS micro error code header (`Nats-Service-Error-Code`), HTTP-like.
+    status = "500"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class InvalidRequest(HandlerError):
+    code = "invalid_request"
+    status = "400"
+
+
+class NotFound(HandlerError):
+    code = "not_found"
+    status = "404"
+
+
+class Conflict(HandlerError):
+    code = "conflict"
+    status = "409"
+
+
+class TooLarge(HandlerError):
+    code = "too_large"
+    status = "413"
+
+
+class Forbidden(HandlerError):
+    code = "forbidden"
+    status = "403"
+
+
+class Unavailable(HandlerError):
+    code = "unavailable"
+    status = "503"

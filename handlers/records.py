@@ -1,0 +1,78 @@
+"""Conversions between stored hashes and reply records, and between times and epoch ms."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+
+import msgspec
+
+from contracts.messages import CompactMemory, Memory, ScoredMemory, preview
+from handlers.store import PERMANENT_MS, StoredMemory
+
+_EMPTY_OBJECT = msgspec.Raw(b"{}")
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def ms_to_dt(ms: int) -> datetime:
+    # Integer arithmetic keeps millisecond timestamps exact (no float rounding to .122999).
+    return datetime.fromtimestamp(ms // 1000, UTC).replace(microsecond=(ms % 1000) * 1000)
+
+
+def dt_to_ms(dt: datetime) -> int:
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return int(dt.timestamp() * 1000)
+
+
+def expiry_dt(expires_ms: int) -> datetime | None:
+    return None if expires_ms >= PERMANENT_MS else ms_to_dt(expires_ms)
+
+
+def split_tags(raw: str | None) -> list[str]:
+    return [t for t in raw.split(",") if t] if raw else []
+
+
+def _common(m: StoredMemory) -> dict[str, object]:
+    f = m.fields
+    return {
+        "id": f["id"],
+        "type": f["type"],
+        "content": f.get("content", ""),
+        "tags": split_tags(f.get("tags")),
+        "importance": float(f.get("importance", 0.0)),
+        "workflow_id": f.get("wf"),
+        "agent_id": f.get("agent_id"),
+        "source": f.get("source"),
+        # Returned exactly as the writer sent it.
+        "metadata": msgspec.Raw(f["metadata"]) if f.get("metadata") else _EMPTY_OBJECT,
+        "created_at": ms_to_dt(int(f["created_at"])),
+        "updated_at": ms_to_dt(int(f.get("updated_at", f["created_at"]))),
+        "expires_at": expiry_dt(int(f["expires_at"])),
+        "access_count": m.access_count,
+        "last_accessed_at": ms_to_dt(m.last_accessed_ms) if m.last_accessed_ms else None,
+    }
+
+
+def to_memory(m: StoredMemory) -> Memory:
+    return Memory(**_common(m))  # type: ignore[arg-type]
+
+
+def to_scored(m: StoredMemory, score: float, similarity: float) -> ScoredMemory:
+    return ScoredMemory(**_common(m), score=score, similarity=similarity)  # type: ignore[arg-type]
+
+
+def to_compact(m: StoredMemory) -> CompactMemory:
+    f = m.fields
+    return CompactMemory(
+        id=f["id"],
+        type=f["type"],
+        preview=preview(f.get("content", "")),
+        tags=split_tags(f.get("tags")),
+        importance=float(f.get("importance", 0.0)),
+        workflow_id=f.get("wf"),
+        created_at=ms_to_dt(int(f["created_at"])),
+    )

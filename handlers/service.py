@@ -1,0 +1,164 @@
+"""Wiring only: connect to NATS and Redis, build `Deps` once, serve the `memory` micro service,
+and drain in-flight requests on SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from typing import Any
+
+import nats
+import redis.asyncio as aioredis
+import structlog
+from nats.micro import add_service
+from nats.micro.request import Request as MicroRequest
+from nats.micro.service import Endpoint, Service
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
+
+from contracts.subjects import OPERATIONS, QUEUE_GROUP, SERVICE_NAME, endpoint_subject
+from handlers import __version__
+from handlers.dispatch import dispatch
+from handlers.embedders import Embedder, build_embedder
+from handlers.logs import configure_logging
+from handlers.operations import Deps
+from handlers.settings import Settings, load_settings
+from handlers.store import Store
+
+log = structlog.get_logger("membus.service")
+
+
+def redis_client(url: str) -> aioredis.Redis:
+    # Fail fast while Redis is down (callers get `unavailable`), reconnect on the next call.
+    return aioredis.Redis.from_url(
+        url,
+        socket_connect_timeout=1.0,
+        socket_timeout=5.0,
+        health_check_interval=15,
+        retry=Retry(ExponentialBackoff(cap=0.2, base=0.02), retries=1),
+    )
+
+
+class Handler:
+    """Runs operations as tasks so one slow request never holds up the next."""
+
+    def __init__(self, deps: Deps, max_inflight: int) -> None:
+        self.deps = deps
+        self._slots = asyncio.Semaphore(max_inflight)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._endpoints: dict[str, Endpoint] = {}
+
+    def bind(self, service: Service) -> None:
+        # nats.micro counts an error only when the handler raises; we reply ourselves (with
+        # the protocol's JSON body), so we count our errors in its stats directly.
+        self._endpoints = {ep._name: ep for ep in service._endpoints}
+
+    def endpoint(self, op: str) -> Any:
+        async def on_request(req: MicroRequest) -> None:
+            await self._slots.acquire()
+            task = asyncio.create_task(self._serve(op, req))
+            self._tasks.add(task)
+            task.add_done_callback(self._done)
+
+        return on_request
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        self._slots.release()
+
+    async def _serve(self, op: str, req: MicroRequest) -> None:
+        body, error = await dispatch(op, req.subject, req.data, self.deps)
+        if not req._msg.reply:
+            return
+        headers = None
+        if error is not None:
+            headers = {"Nats-Service-Error": error.message, "Nats-Service-Error-Code": error.status}
+            ep = self._endpoints.get(op)
+            if ep is not None:
+                ep._num_errors += 1
+                ep._last_error = f"{error.status}:{error.code}"
+        try:
+            await req.respond(body, headers=headers)
+        except Exception:
+            log.exception("reply.failed", op=op)
+
+    async def drain(self, timeout: float) -> None:
+        if self._tasks:
+            log.info("drain.waiting", inflight=len(self._tasks))
+            await asyncio.wait(set(self._tasks), timeout=timeout)
+
+
+async def _nats_disconnected() -> None:
+    log.warning("nats.disconnected")
+
+
+async def _nats_reconnected() -> None:
+    log.info("nats.reconnected")
+
+
+async def _nats_error(exc: Exception) -> None:
+    log.warning("nats.error", error=str(exc))
+
+
+async def serve(settings: Settings, stop: asyncio.Event) -> None:
+    embedder: Embedder = build_embedder(settings.embedder, hash_dimension=settings.hash_dimension)
+    nc = await nats.connect(
+        settings.nats_url,
+        name=f"membus-handler-{__version__}",
+        max_reconnect_attempts=-1,
+        reconnect_time_wait=0.5,
+        error_cb=_nats_error,
+        disconnected_cb=_nats_disconnected,
+        reconnected_cb=_nats_reconnected,
+    )
+    client = redis_client(settings.redis_url)
+    deps = Deps(
+        store=Store(client, embedder.name, embedder.dimension),
+        embedder=embedder,
+        types=settings.types,
+        weights=settings.weights,
+        publish=nc.publish,
+    )
+    handler = Handler(deps, settings.max_inflight)
+    service = await add_service(
+        nc,
+        name=SERVICE_NAME,
+        version=__version__,
+        description="memory-bus: shared memory for multi-agent workflows",
+        queue_group=QUEUE_GROUP,
+        metadata={"embedder": embedder.name, "dimension": str(embedder.dimension)},
+    )
+    for op in OPERATIONS:
+        await service.add_endpoint(name=op, subject=endpoint_subject(op), handler=handler.endpoint(op))
+    handler.bind(service)
+    log.info(
+        "service.started",
+        id=service.id,
+        nats=settings.nats_url,
+        embedder=embedder.name,
+        dimension=embedder.dimension,
+    )
+    try:
+        await stop.wait()
+    finally:
+        log.info("service.stopping")
+        await service.stop()  # unsubscribe: no new requests reach this replica
+        await handler.drain(settings.drain_timeout_s)
+        await nc.drain()
+        await embedder.close()
+        await client.aclose()
+        log.info("service.stopped")
+
+
+def main() -> None:
+    settings = load_settings()
+    configure_logging(settings.log_level)
+
+    async def run() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await serve(settings, stop)
+
+    asyncio.run(run())

@@ -1,0 +1,76 @@
+"""Service settings read from `MEMBUS_*` environment variables and checked at start-up."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+import msgspec
+
+from contracts.types import DEFAULT_TYPES, TypeTable, decode_type_table
+from handlers.embedders import minilm_available
+from handlers.ranking import RankWeights
+
+
+DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+class SettingsError(ValueError):
+    """A `MEMBUS_*` variable has a value the service cannot use."""
+
+
+class Settings(msgspec.Struct, frozen=True, kw_only=True):
+    nats_url: str = DEFAULT_NATS_URL
+    redis_url: str = DEFAULT_REDIS_URL
+    embedder: str = "hash"
+    hash_dimension: int = 384
+    types: TypeTable = msgspec.field(default_factory=lambda: dict(DEFAULT_TYPES))
+    weights: RankWeights = RankWeights()
+    max_inflight: int = 256
+    drain_timeout_s: float = 10.0
+    log_level: str = "info"
+
+
+def _number(env: Mapping[str, str], name: str, default: float, *, minimum: float) -> float:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise SettingsError(f"{name}={raw!r} is not a number") from None
+    if value < minimum:
+        raise SettingsError(f"{name}={raw!r} must be at least {minimum}")
+    return value
+
+
+def load_settings(env: Mapping[str, str] | None = None) -> Settings:
+    env = os.environ if env is None else env
+    embedder = env.get("MEMBUS_EMBEDDER") or ("minilm" if minilm_available() else "hash")
+    if embedder not in ("hash", "minilm"):
+        raise SettingsError(f"MEMBUS_EMBEDDER={embedder!r}: use 'hash' or 'minilm'")
+    types = dict(DEFAULT_TYPES)
+    if path := env.get("MEMBUS_TYPES_FILE"):
+        try:
+            types = decode_type_table(Path(path).read_bytes())
+        except (OSError, ValueError, msgspec.DecodeError) as exc:
+            raise SettingsError(f"MEMBUS_TYPES_FILE={path!r}: {exc}") from None
+    weights = RankWeights(
+        similarity=_number(env, "MEMBUS_RANK_SIMILARITY", 0.70, minimum=0),
+        importance=_number(env, "MEMBUS_RANK_IMPORTANCE", 0.15, minimum=0),
+        recency=_number(env, "MEMBUS_RANK_RECENCY", 0.15, minimum=0),
+        recency_days=_number(env, "MEMBUS_RECENCY_DAYS", 30.0, minimum=0.001),
+    )
+    return Settings(
+        nats_url=env.get("MEMBUS_NATS_URL") or DEFAULT_NATS_URL,
+        redis_url=env.get("MEMBUS_REDIS_URL") or DEFAULT_REDIS_URL,
+        embedder=embedder,
+        hash_dimension=int(_number(env, "MEMBUS_HASH_DIMENSION", 384, minimum=8)),
+        types=types,
+        weights=weights,
+        max_inflight=int(_number(env, "MEMBUS_MAX_INFLIGHT", 256, minimum=1)),
+        drain_timeout_s=_number(env, "MEMBUS_DRAIN_TIMEOUT_S", 10.0, minimum=0),
+        log_level=env.get("MEMBUS_LOG_LEVEL") or "info",
+    )
