@@ -86,6 +86,9 @@ class EmbeddedStack:
     redis_port: int = 0
     persist: bool = False
     log_dir: Path | None = None
+    # Set these to run handlers against servers started elsewhere (env URLs, containers).
+    external_nats_url: str | None = None
+    external_redis_url: str | None = None
     servers: list[subprocess.Popen[bytes]] = field(default_factory=list)
     handlers: list[subprocess.Popen[bytes]] = field(default_factory=list)
     _logs: list[IO[bytes]] = field(default_factory=list)
@@ -100,11 +103,11 @@ class EmbeddedStack:
 
     @property
     def nats_url(self) -> str:
-        return f"nats://127.0.0.1:{self.nats_port}"
+        return self.external_nats_url or f"nats://127.0.0.1:{self.nats_port}"
 
     @property
     def redis_url(self) -> str:
-        return f"redis://127.0.0.1:{self.redis_port}/0"
+        return self.external_redis_url or f"redis://127.0.0.1:{self.redis_port}/0"
 
     def _log(self, name: str) -> IO[bytes] | int:
         if self.log_dir is None:
@@ -115,6 +118,8 @@ class EmbeddedStack:
         return fh
 
     def start_servers(self) -> None:
+        if self.external_nats_url or self.external_redis_url:
+            raise EmbeddedError("this stack uses external servers; start_servers() is not for it")
         self.nats_port = self.nats_port or free_port()
         self.redis_port = self.redis_port or free_port()
         nats_dir = self.data_dir / "nats"

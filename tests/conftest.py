@@ -1,0 +1,1 @@
+"""Shared test set-up: handler logs go to structlog's JSON renderer; nothing else global."""

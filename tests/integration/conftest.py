@@ -1,0 +1,152 @@
+"""Session-scoped real servers and handlers for the integration tests.
+
+Servers come from, in order: `MEMBUS_NATS_URL` + `MEMBUS_REDIS_URL` when both are set;
+testcontainers when a Docker engine answers (official `nats` and `redis/redis-stack-server`
+images); otherwise the embedded servers from PyPI packages. `MEMBUS_TEST_SERVERS=env|docker|
+embedded` forces one. Every test gets a fresh namespace, so tests never see each other's data.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import nats
+import pytest
+import redis.asyncio as aioredis
+from nats.aio.client import Client as NatsClient
+
+from bus import AgentMemory, MemoryBus
+from deploy.embedded import EmbeddedStack, wait_for_handlers
+
+HANDLERS = 2
+LOG_DIR = Path(os.environ.get("MEMBUS_TEST_LOG_DIR", ".membus/test-logs"))
+
+
+@dataclass
+class Servers:
+    nats_url: str
+    redis_url: str
+    kind: str
+
+
+def _docker_answers() -> bool:
+    """A raw `/_ping` on the engine's socket: the docker SDK leaks its socket on failure."""
+    import socket
+
+    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    try:
+        if host.startswith("unix://"):
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            target: object = host.removeprefix("unix://")
+        elif host.startswith("tcp://"):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            h, _, p = host.removeprefix("tcp://").partition(":")
+            target = (h, int(p or 2375))
+        else:
+            return False
+    except OSError:
+        return False
+    with sock:
+        sock.settimeout(2)
+        try:
+            sock.connect(target)
+            sock.sendall(b"GET /_ping HTTP/1.0\r\nHost: docker\r\n\r\n")
+            return b" 200 " in sock.recv(256)
+        except OSError:
+            return False
+
+
+@contextlib.contextmanager
+def _containers() -> Iterator[Servers]:
+    from testcontainers.core.container import DockerContainer
+    from testcontainers.core.waiting_utils import wait_for_logs
+
+    with (
+        DockerContainer("nats:2.10").with_command("-js").with_exposed_ports(4222) as n,
+        DockerContainer("redis/redis-stack-server:7.2.0-v13").with_exposed_ports(6379) as r,
+    ):
+        wait_for_logs(n, "Server is ready")
+        wait_for_logs(r, "Ready to accept connections")
+        yield Servers(
+            nats_url=f"nats://{n.get_container_host_ip()}:{n.get_exposed_port(4222)}",
+            redis_url=f"redis://{r.get_container_host_ip()}:{r.get_exposed_port(6379)}/0",
+            kind="docker",
+        )
+
+
+@pytest.fixture(scope="session")
+def servers() -> Iterator[Servers]:
+    choice = os.environ.get("MEMBUS_TEST_SERVERS", "")
+    env_nats, env_redis = os.environ.get("MEMBUS_NATS_URL"), os.environ.get("MEMBUS_REDIS_URL")
+    if choice == "env" or (not choice and env_nats and env_redis):
+        assert env_nats and env_redis, "MEMBUS_TEST_SERVERS=env needs both MEMBUS_*_URL"
+        yield Servers(env_nats, env_redis, "env")
+    elif choice == "docker" or (not choice and _docker_answers()):
+        with _containers() as found:
+            yield found
+    else:
+        stack = EmbeddedStack.temporary()
+        stack.log_dir = LOG_DIR / "servers"
+        stack.start_servers()
+        try:
+            yield Servers(stack.nats_url, stack.redis_url, "embedded")
+        finally:
+            stack.stop()
+
+
+@pytest.fixture(scope="session")
+async def handlers(servers: Servers) -> AsyncIterator[EmbeddedStack]:
+    """Two handler processes (hash embedder) serving every test's namespace."""
+    stack = EmbeddedStack(
+        data_dir=LOG_DIR,
+        log_dir=LOG_DIR / "handlers",
+        external_nats_url=servers.nats_url,
+        external_redis_url=servers.redis_url,
+    )
+    procs = stack.start_handlers(HANDLERS, {"MEMBUS_EMBEDDER": "hash"})
+    try:
+        await wait_for_handlers(servers.nats_url, HANDLERS, procs, timeout=60)
+        yield stack
+    finally:
+        stack.stop()
+
+
+@pytest.fixture
+def ns() -> str:
+    return f"t{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+async def nc(servers: Servers) -> AsyncIterator[NatsClient]:
+    client = await nats.connect(servers.nats_url)
+    yield client
+    await client.close()
+
+
+@pytest.fixture
+async def bus(handlers: EmbeddedStack, servers: Servers, ns: str) -> AsyncIterator[MemoryBus]:
+    b = await MemoryBus.connect(servers.nats_url, namespace=ns)
+    yield b
+    await b.close()
+
+
+@pytest.fixture
+async def rds(servers: Servers) -> AsyncIterator[aioredis.Redis]:
+    client = aioredis.Redis.from_url(servers.redis_url)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+def wf123(bus: MemoryBus) -> AgentMemory:
+    return bus.agent(workflow_id="wf_123", agent_id="researcher")
+
+
+@pytest.fixture
+def wf456(bus: MemoryBus) -> AgentMemory:
+    return bus.agent(workflow_id="wf_456", agent_id="writer")

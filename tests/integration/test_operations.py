@@ -1,0 +1,220 @@
+"""Every operation through the bus, against real NATS and Redis Stack."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from bus import AgentMemory, InvalidRequest, MemoryBus
+from contracts import CompactListReply, ListReply
+
+
+async def test_add_then_get_returns_every_field(wf123: AgentMemory) -> None:
+    added = await wf123.add(
+        "knowledge",
+        "RediSearch supports vector KNN with pre-filters",
+        tags=["Redis", "search", "redis"],
+        importance=0.42,
+        source="docs",
+        metadata={"url": "https://example.invalid/doc", "pages": [1, 2]},
+    )
+
+    got = await wf123.get([added.id])
+
+    assert got.missing == []
+    [m] = got.memories
+    assert m.id == added.id
+    assert m.type == "knowledge"
+    assert m.content == "RediSearch supports vector KNN with pre-filters"
+    assert m.tags == ["redis", "search"]
+    assert m.importance == pytest.approx(0.42)
+    assert m.workflow_id is None
+    assert m.agent_id == "researcher"
+    assert m.source == "docs"
+    assert m.metadata == {"url": "https://example.invalid/doc", "pages": [1, 2]}
+    assert m.created_at == m.updated_at
+    assert abs(m.created_at - datetime.now(UTC)) < timedelta(seconds=30)
+    assert m.expires_at is None
+
+
+async def test_add_defaults_importance_and_ttl_by_type(wf123: AgentMemory) -> None:
+    pref = await wf123.add("user_pref", "likes tea")
+    ctx = await wf123.add("context", "scratch")
+    permanent = await wf123.add("context", "kept", ttl_s=0)
+
+    assert pref.importance == pytest.approx(0.8)
+    assert pref.expires_at is None
+    assert ctx.importance == pytest.approx(0.3)
+    assert ctx.expires_at is not None
+    assert timedelta(days=6, hours=23) < ctx.expires_at - datetime.now(UTC) <= timedelta(days=7)
+    assert permanent.expires_at is None
+
+
+async def test_ids_sort_by_creation_time(wf123: AgentMemory) -> None:
+    ids = [(await wf123.add("knowledge", f"fact {i}")).id for i in range(5)]
+    assert ids == sorted(ids)
+
+
+async def test_get_reports_missing_ids_and_keeps_request_order(wf123: AgentMemory) -> None:
+    a = await wf123.add("knowledge", "alpha")
+    b = await wf123.add("knowledge", "beta")
+
+    got = await wf123.get([b.id, "01NOTAREALID", a.id])
+
+    assert [m.id for m in got.memories] == [b.id, a.id]
+    assert got.missing == ["01NOTAREALID"]
+
+
+async def test_get_bumps_access_and_shows_values_before_its_own_access(
+    wf123: AgentMemory,
+) -> None:
+    a = await wf123.add("knowledge", "accessed")
+
+    first = (await wf123.get([a.id])).memories[0]
+    second = (await wf123.get([a.id])).memories[0]
+
+    assert first.access_count == 0
+    assert first.last_accessed_at is None
+    assert second.access_count == 1
+    assert second.last_accessed_at is not None
+    # A bump is no change.
+    assert second.updated_at == first.updated_at
+
+
+async def test_search_results_count_as_accesses(wf123: AgentMemory) -> None:
+    a = await wf123.add("knowledge", "zebra crossing rules")
+
+    await wf123.search("zebra crossing", limit=1)
+    got = (await wf123.get([a.id])).memories[0]
+
+    assert got.access_count == 1
+
+
+async def test_list_is_newest_first_with_total_and_paging(wf123: AgentMemory) -> None:
+    ids = [(await wf123.add("knowledge", f"item {i}")).id for i in range(5)]
+
+    page1 = await wf123.list(limit=2)
+    page2 = await wf123.list(limit=2, offset=2)
+
+    assert isinstance(page1, ListReply)
+    assert page1.total == 5
+    assert page1.count == 2
+    assert [m.id for m in page1.memories] == ids[::-1][:2]
+    assert [m.id for m in page2.memories] == ids[::-1][2:4]
+
+
+async def test_list_compact_gives_previews_only(wf123: AgentMemory) -> None:
+    long = "x" * 150
+    await wf123.add("knowledge", long, tags=["big"])
+
+    reply = await wf123.list(mode="compact")
+
+    assert isinstance(reply, CompactListReply)
+    assert reply.mode == "compact"
+    [item] = reply.memories
+    assert item.preview == "x" * 100 + "..."
+    assert item.tags == ["big"]
+    assert not hasattr(item, "content")
+
+
+async def test_list_filters_by_types_and_any_tag(wf123: AgentMemory) -> None:
+    a = await wf123.add("knowledge", "a", tags=["red"])
+    b = await wf123.add("user_pref", "b", tags=["blue"])
+    await wf123.add("knowledge", "c", tags=["green"])
+
+    by_type = await wf123.list(types=["user_pref"])
+    by_tags = await wf123.list(tags=["RED", "blue"])
+
+    assert [m.id for m in by_type.memories] == [b.id]
+    assert {m.id for m in by_tags.memories} == {a.id, b.id}
+
+
+async def test_describe_counts_without_content(wf123: AgentMemory, wf456: AgentMemory) -> None:
+    await wf123.add("user_pref", "p", tags=["tone"])
+    await wf123.add("decision", "d", tags=["db", "tone"])
+    await wf123.add("context", "c")
+    await wf456.add("decision", "elsewhere", tags=["hidden"])
+
+    d = await wf123.describe()
+
+    assert d.total == 3
+    assert d.by_type == {"context": 1, "decision": 1, "user_pref": 1}
+    assert d.tags == ["db", "tone"]
+    assert d.scope == "both"
+    assert d.workflow_id == "wf_123"
+    assert d.workflow_count == 2
+    assert d.general_count == 1
+    assert d.oldest is not None and d.newest is not None and d.oldest <= d.newest
+    assert d.embedder == "hash"
+    assert d.dimension == 384
+
+
+async def test_describe_of_an_empty_namespace(wf123: AgentMemory) -> None:
+    d = await wf123.describe()
+    assert (d.total, d.by_type, d.tags, d.oldest, d.newest) == (0, {}, [], None, None)
+
+
+async def test_delete_removes_and_reports_missing(wf123: AgentMemory) -> None:
+    a = await wf123.add("knowledge", "to delete")
+
+    first = await wf123.delete([a.id, "01MISSING"])
+    second = await wf123.delete([a.id])
+
+    assert (first.deleted, first.missing) == (1, ["01MISSING"])
+    assert (second.deleted, second.missing) == (0, [a.id])
+    assert (await wf123.get([a.id])).missing == [a.id]
+    assert (await wf123.describe()).total == 0
+
+
+async def test_search_filters_types_tags_and_time(wf123: AgentMemory) -> None:
+    a = await wf123.add("knowledge", "apples are red", tags=["fruit"])
+    await asyncio.sleep(0.01)
+    mid = datetime.now(UTC)
+    await asyncio.sleep(0.01)
+    b = await wf123.add("user_pref", "apples are tasty", tags=["taste"])
+
+    assert [h.id for h in (await wf123.search("apples", types=["user_pref"])).results] == [b.id]
+    assert [h.id for h in (await wf123.search("apples", tags=["fruit"])).results] == [a.id]
+    assert [h.id for h in (await wf123.search("apples", since=mid)).results] == [b.id]
+    assert [h.id for h in (await wf123.search("apples", until=mid)).results] == [a.id]
+
+
+async def test_search_min_score_applies_to_the_final_score(wf123: AgentMemory) -> None:
+    await wf123.add("knowledge", "completely unrelated words here")
+    hits = await wf123.search("completely unrelated words here")
+    top = hits.results[0].score
+
+    above = await wf123.search("completely unrelated words here", min_score=top + 0.001)
+    at = await wf123.search("completely unrelated words here", min_score=top - 0.001)
+
+    assert above.results == []
+    assert len(at.results) == 1
+
+
+async def test_search_limit_caps_results(wf123: AgentMemory) -> None:
+    for i in range(7):
+        await wf123.add("knowledge", f"shared word number {i}")
+    hits = await wf123.search("shared word", limit=3)
+    assert len(hits.results) == 3
+
+
+async def test_caller_embedding_must_match_namespace_dimension(wf123: AgentMemory) -> None:
+    vec = [0.0] * 384
+    vec[7] = 1.0
+    added = await wf123.add("knowledge", "own vector", embedding=vec)
+    hits = await wf123.search(embedding=vec, limit=1)
+    assert hits.results[0].id == added.id
+    assert hits.results[0].similarity == pytest.approx(1.0, abs=1e-5)
+
+    with pytest.raises(InvalidRequest) as err:
+        await wf123.search(embedding=[1.0, 0.0, 0.0])
+    assert "384" in err.value.message
+
+
+async def test_agent_handle_identity_is_fixed(bus: MemoryBus) -> None:
+    mem = bus.agent(workflow_id="wf_x", agent_id="a1")
+    with pytest.raises(AttributeError):
+        mem.workflow_id = "wf_y"  # type: ignore[misc]
+    assert (mem.workflow_id, mem.agent_id) == ("wf_x", "a1")

@@ -1,0 +1,136 @@
+"""Scope rules (where `add` stores, what a read covers) and the search ranking."""
+
+from __future__ import annotations
+
+import pytest
+
+from contracts.types import DEFAULT_TYPES
+from handlers.ranking import DAY_MS, RankWeights, overfetch, recency, score, similarity
+from handlers.scoping import read_scope, storage_workflow
+
+GENERAL_TYPE = DEFAULT_TYPES["user_pref"]
+WORKFLOW_TYPE = DEFAULT_TYPES["context"]
+NOW = 1_750_000_000_000
+
+# --------------------------------------------------------------------------- storage scope
+
+
+def test_general_type_without_scope_is_stored_as_general() -> None:
+    assert storage_workflow(GENERAL_TYPE, None, "wf_1") is None
+
+
+def test_workflow_type_without_scope_keeps_the_request_workflow() -> None:
+    assert storage_workflow(WORKFLOW_TYPE, None, "wf_1") == "wf_1"
+
+
+def test_scope_general_forces_general_for_a_workflow_type() -> None:
+    assert storage_workflow(WORKFLOW_TYPE, "general", "wf_1") is None
+
+
+def test_scope_workflow_forces_the_workflow_for_a_general_type() -> None:
+    assert storage_workflow(GENERAL_TYPE, "workflow", "wf_1") == "wf_1"
+
+
+@pytest.mark.parametrize("scope", [None, "workflow", "general"])
+@pytest.mark.parametrize("type_cfg", [GENERAL_TYPE, WORKFLOW_TYPE], ids=["general", "workflow"])
+def test_without_workflow_id_every_memory_is_stored_as_general(scope, type_cfg) -> None:
+    assert storage_workflow(type_cfg, scope, None) is None
+
+
+# --------------------------------------------------------------------------- read scope
+
+
+def test_read_scope_both_with_workflow_covers_workflow_and_general() -> None:
+    rs = read_scope("both", "wf_1")
+    assert (rs.workflow_id, rs.general, rs.applied) == ("wf_1", True, "both")
+
+
+def test_read_scope_workflow_with_workflow_covers_only_that_workflow() -> None:
+    rs = read_scope("workflow", "wf_1")
+    assert (rs.workflow_id, rs.general, rs.applied) == ("wf_1", False, "workflow")
+
+
+def test_read_scope_general_ignores_the_workflow_id() -> None:
+    rs = read_scope("general", "wf_1")
+    assert (rs.workflow_id, rs.general, rs.applied) == (None, True, "general")
+
+
+@pytest.mark.parametrize("scope", ["both", "workflow", "general"])
+def test_read_scope_without_workflow_id_means_general_only(scope: str) -> None:
+    rs = read_scope(scope, None)
+    assert (rs.workflow_id, rs.general, rs.applied) == (None, True, "general")
+
+
+# --------------------------------------------------------------------------- ranking
+
+
+@pytest.mark.parametrize(
+    ("distance", "expected"),
+    [(0.0, 1.0), (0.25, 0.75), (1.0, 0.0), (1.5, 0.0), (2.0, 0.0), (-0.1, 1.0)],
+)
+def test_similarity_is_one_minus_distance_clamped_to_unit_interval(distance, expected) -> None:
+    assert similarity(distance) == pytest.approx(expected)
+    assert 0.0 <= similarity(distance) <= 1.0
+
+
+def test_recency_is_one_for_a_memory_created_now() -> None:
+    assert recency(NOW, NOW, 30) == 1.0
+
+
+def test_recency_is_half_at_15_days() -> None:
+    assert recency(NOW - 15 * DAY_MS, NOW, 30) == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("days", [30, 31, 365])
+def test_recency_is_zero_at_30_days_and_older(days: int) -> None:
+    assert recency(NOW - days * DAY_MS, NOW, 30) == 0.0
+
+
+def test_recency_of_a_memory_from_the_future_is_one() -> None:
+    assert recency(NOW + DAY_MS, NOW, 30) == 1.0
+
+
+def test_default_weights_are_the_protocol_weights() -> None:
+    w = RankWeights()
+    assert (w.similarity, w.importance, w.recency, w.recency_days) == (0.70, 0.15, 0.15, 30.0)
+
+
+def test_score_is_the_weighted_sum() -> None:
+    w = RankWeights()
+    got = score(0.8, 0.6, NOW - 15 * DAY_MS, NOW, w)
+    assert got == pytest.approx(0.70 * 0.8 + 0.15 * 0.6 + 0.15 * 0.5)
+
+
+def test_score_uses_the_given_weights() -> None:
+    w = RankWeights(similarity=0.0, importance=1.0, recency=0.0)
+    assert score(0.9, 0.25, NOW, NOW, w) == pytest.approx(0.25)
+    w = RankWeights(similarity=0.0, importance=0.0, recency=1.0, recency_days=10)
+    assert score(0.9, 0.25, NOW - 5 * DAY_MS, NOW, w) == pytest.approx(0.5)
+
+
+def test_score_of_a_perfect_fresh_important_memory_is_one() -> None:
+    assert score(1.0, 1.0, NOW, NOW, RankWeights()) == pytest.approx(1.0)
+
+
+def test_important_old_memory_outranks_unimportant_new_one_at_equal_similarity() -> None:
+    w = RankWeights()
+    # identity (1.0) from 20 days ago vs observation (0.3) from now:
+    # 0.15*1.0 + 0.15*(1/3) = 0.2 versus 0.15*0.3 + 0.15*1.0 = 0.195.
+    old_important = score(0.5, 1.0, NOW - 20 * DAY_MS, NOW, w)
+    new_minor = score(0.5, 0.3, NOW, NOW, w)
+    assert old_important > new_minor
+    # At 25 days the old one's recency has fallen too far and the order flips.
+    older_important = score(0.5, 1.0, NOW - 25 * DAY_MS, NOW, w)
+    assert older_important < new_minor
+
+
+def test_similarity_dominates_importance_and_recency() -> None:
+    w = RankWeights()
+    relevant = score(0.9, 0.0, NOW - 30 * DAY_MS, NOW, w)
+    irrelevant = score(0.4, 1.0, NOW, NOW, w)
+    assert relevant > irrelevant
+
+
+@pytest.mark.parametrize(("limit", "expected"), [(1, 50), (10, 50), (11, 55), (100, 500)])
+def test_overfetch_is_max_of_five_times_limit_and_50(limit: int, expected: int) -> None:
+    assert overfetch(limit) == expected
