@@ -1,9 +1,9 @@
 """memory-bus client: connect, get a per-agent handle, call typed operations, follow events.
 
-    bus = await MemoryBus.connect("nats://127.0.0.1:4222", namespace="acme")
-    mem = bus.agent(workflow_id="wf_123", agent_id="researcher")
-    await mem.add("user_pref", "The user prefers short answers")
-    hits = await mem.search("how should answers be written?")
+bus = await MemoryBus.connect("nats://127.0.0.1:4222", namespace="acme")
+mem = bus.agent(workflow_id="wf_123", agent_id="researcher")
+await mem.add("user_pref", "The user prefers short answers")
+hits = await mem.search("how should answers be written?")
 """
 
 from bus.client import AgentMemory, EventStream, MemoryBus

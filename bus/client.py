@@ -218,7 +218,8 @@ class AgentMemory:
         metadata: dict[str, Any] | None = None,
         embedding: Sequence[float] | None = None,
     ) -> AddReply:
-        req = _build(AddRequest, 
+        req = _build(
+            AddRequest,
             type=type,
             content=content,
             tags=list(tags),
@@ -246,7 +247,8 @@ class AgentMemory:
         until: datetime | None = None,
         embedding: Sequence[float] | None = None,
     ) -> SearchReply:
-        req = _build(SearchRequest, 
+        req = _build(
+            SearchRequest,
             query=query,
             workflow_id=self._workflow_id,
             scope=scope,
@@ -300,7 +302,8 @@ class AgentMemory:
         limit: int = 20,
         offset: int = 0,
     ) -> ListReply | CompactListReply:
-        req = _build(ListRequest, 
+        req = _build(
+            ListRequest,
             mode=mode,
             types=list(types) if types is not None else None,
             tags=list(tags) if tags is not None else None,
@@ -324,9 +327,7 @@ class AgentMemory:
         req = _build(ClearByTypeRequest, type=type, workflow_id=self._workflow_id, scope=scope)
         return await self._bus.request("clear_by_type", req, ClearByTypeReply)
 
-    async def subscribe(
-        self, *, type: str | None = None, action: str | None = None
-    ) -> EventStream:
+    async def subscribe(self, *, type: str | None = None, action: str | None = None) -> EventStream:
         """Follow this agent's workflow (or general memories, for an agent without one)."""
         return await self._bus.subscribe(
             self._workflow_id, general=self._workflow_id is None, type=type, action=action

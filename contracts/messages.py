@@ -17,7 +17,7 @@ from contracts import limits
 from contracts.subjects import WORKFLOW_ID_PATTERN
 from contracts.types import TYPE_NAME_PATTERN
 
-TAG_PATTERN = r"^[a-z0-9_:.-]{1,64}$"
+TAG_PATTERN = r"^[a-z0-9_:.-]{1,64}\Z"
 _TAG_RE = re.compile(TAG_PATTERN)
 
 TypeName = Annotated[str, msgspec.Meta(pattern=TYPE_NAME_PATTERN)]

@@ -1,4 +1,5 @@
-"""Subject names: `mem.<ns>.<op>` for requests, `mem.<ns>.events.<scope>.<type>.<action>` for events."""
+"""Subject names: `mem.<ns>.<op>` for requests, `mem.<ns>.events.<scope>.<type>.<action>`
+for events."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ DEFAULT_NAMESPACE = "default"
 # Event subjects use this token for memories that belong to no workflow.
 GENERAL_SCOPE_TOKEN = "_general"
 
-NAMESPACE_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
-WORKFLOW_ID_PATTERN = r"^[A-Za-z0-9_-]{1,128}$"
+NAMESPACE_PATTERN = r"^[A-Za-z0-9_-]{1,64}\Z"
+WORKFLOW_ID_PATTERN = r"^[A-Za-z0-9_-]{1,128}\Z"
 _NAMESPACE_RE = re.compile(NAMESPACE_PATTERN)
 
 OPERATIONS: tuple[str, ...] = (
@@ -53,10 +54,7 @@ def event_filter(
     action: str | None = None,
 ) -> str:
     """A subscription subject for events; unspecified parts are wildcards."""
-    if general:
-        scope = GENERAL_SCOPE_TOKEN
-    else:
-        scope = workflow_id or "*"
+    scope = GENERAL_SCOPE_TOKEN if general else workflow_id or "*"
     return f"{PREFIX}.{ns}.events.{scope}.{type_ or '*'}.{action or '*'}"
 
 

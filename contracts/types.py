@@ -36,7 +36,7 @@ DEFAULT_TYPES: TypeTable = {
     "observation": TypeConfig(importance=0.3, scope="workflow"),
 }
 
-TYPE_NAME_PATTERN = r"^[a-z0-9_]{1,64}$"
+TYPE_NAME_PATTERN = r"^[a-z0-9_]{1,64}\Z"
 
 _table_decoder = msgspec.json.Decoder(
     dict[Annotated[str, msgspec.Meta(pattern=TYPE_NAME_PATTERN)], TypeConfig]

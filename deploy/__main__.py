@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import signal
 import socket
 import sys
@@ -56,10 +57,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         print(f"The bus is up: MEMBUS_NATS_URL={stack.nats_url}. Ctrl-C stops it.")
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-        try:
+        with contextlib.suppress(KeyboardInterrupt):
             signal.pause()
-        except KeyboardInterrupt:
-            pass
         return 0
     except EmbeddedError as exc:
         print(f"error: {exc}", file=sys.stderr)

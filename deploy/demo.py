@@ -4,6 +4,7 @@ bus, while a third agent subscribes to the namespace's events and prints them.""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 from bus import MemoryBus
 
@@ -19,7 +20,8 @@ async def run_demo(nats_url: str, namespace: str = "demo") -> None:
             async for ev in events:
                 seen += 1
                 where = ev.workflow_id or "general"
-                print(f"  [observer] {ev.action:<7} {ev.type:<9} in {where:<8} by {ev.agent_id}: {ev.preview}")
+                who = f"{ev.action:<7} {ev.type:<9} in {where:<8} by {ev.agent_id}"
+                print(f"  [observer] {who}: {ev.preview}")
                 if seen >= 4:
                     printed.set()
 
@@ -28,7 +30,9 @@ async def run_demo(nats_url: str, namespace: str = "demo") -> None:
         writer = bus.agent(workflow_id="wf_456", agent_id="writer")
 
         print("\n== researcher (workflow wf_123) stores what it learned")
-        pref = await researcher.add("user_pref", "The user prefers concise answers with code examples")
+        pref = await researcher.add(
+            "user_pref", "The user prefers concise answers with code examples"
+        )
         print(f"  user_pref -> {pref.id} stored as general (workflow_id={pref.workflow_id})")
         dec = await researcher.add(
             "decision", "Team decision: use PostgreSQL for every new service", scope="general"
@@ -41,7 +45,9 @@ async def run_demo(nats_url: str, namespace: str = "demo") -> None:
 
         print("\n== writer (workflow wf_456) discovers, then searches")
         d = await writer.describe()
-        print(f"  describe: {d.total} memories in scope, by type {d.by_type}, embedder {d.embedder}")
+        print(
+            f"  describe: {d.total} memories in scope, by type {d.by_type}, embedder {d.embedder}"
+        )
         for q in ("how does the user like answers written?", "which database should we use?"):
             hits = await writer.search(q, limit=2)
             print(f"  search {q!r}")
@@ -50,10 +56,8 @@ async def run_demo(nats_url: str, namespace: str = "demo") -> None:
         scratch = await writer.search("pgvector scratch decision", scope="workflow")
         print(f"  wf_456 sees wf_123's scratch decision: {bool(scratch.results)}")
 
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(printed.wait(), timeout=5)
-        except TimeoutError:
-            pass
         follower.cancel()
         await events.close()
         print(f"\n== observer saw {seen} events\n")

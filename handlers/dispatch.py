@@ -87,7 +87,9 @@ def _result_count(reply: msgspec.Struct) -> int | None:
     return None
 
 
-async def dispatch(op: str, subject: str, body: bytes, deps: Deps) -> tuple[bytes, HandlerError | None]:
+async def dispatch(
+    op: str, subject: str, body: bytes, deps: Deps
+) -> tuple[bytes, HandlerError | None]:
     """Reply bytes, and the error when the reply is one."""
     request_id = uuid.uuid4().hex[:16]
     parsed = parse_request_subject(subject)

@@ -6,6 +6,7 @@ Every embedder returns L2-normalised float32 vectors, so cosine distance is mean
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import os
 import re
@@ -59,7 +60,9 @@ class HashEmbedder:
 
 
 def hash_bucket(text: str, dimension: int) -> int:
-    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little") % dimension
+    return (
+        int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little") % dimension
+    )
 
 
 class MiniLMEmbedder:
@@ -114,7 +117,7 @@ class MiniLMEmbedder:
                 batch.append(self._queue.get_nowait())
             try:
                 vectors = await loop.run_in_executor(None, self.encode, [t for t, _ in batch])
-            except Exception as exc:  # noqa: BLE001 - handed to every waiter
+            except Exception as exc:
                 for _, fut in batch:
                     if not fut.done():
                         fut.set_exception(exc)
@@ -126,10 +129,8 @@ class MiniLMEmbedder:
     async def close(self) -> None:
         if self._worker is not None:
             self._worker.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._worker
-            except asyncio.CancelledError:
-                pass
 
 
 def minilm_available() -> bool:

@@ -48,8 +48,9 @@ from handlers.records import (
     to_memory,
     to_scored,
 )
+from handlers.schema import GENERAL, PERMANENT_MS, NamespaceMeta, read_filter
 from handlers.scoping import ReadScope, read_scope, storage_workflow
-from handlers.store import GENERAL, PERMANENT_MS, NamespaceMeta, Store, read_filter
+from handlers.store import Store
 
 log = structlog.get_logger("membus.operations")
 
@@ -75,9 +76,7 @@ class Deps:
 def type_config(types: TypeTable, name: str) -> TypeConfig:
     cfg = types.get(name)
     if cfg is None:
-        raise InvalidRequest(
-            f'Unknown memory type "{name}". Known types: {", ".join(types)}.'
-        )
+        raise InvalidRequest(f'Unknown memory type "{name}". Known types: {", ".join(types)}.')
     return cfg
 
 
@@ -168,9 +167,7 @@ async def publish_event(
         at=ms_to_dt(at_ms),
         preview=preview(content),
     )
-    await deps.publish(
-        event_subject(ns, workflow_id, type_, action), _event_encoder.encode(event)
-    )
+    await deps.publish(event_subject(ns, workflow_id, type_, action), _event_encoder.encode(event))
 
 
 # --------------------------------------------------------------------------- operations

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import msgspec
 
 from contracts.messages import CompactMemory, Memory, ScoredMemory, preview
-from handlers.store import PERMANENT_MS, StoredMemory
+from handlers.schema import PERMANENT_MS
+from handlers.store import StoredMemory
 
 _EMPTY_OBJECT = msgspec.Raw(b"{}")
 
@@ -22,10 +23,14 @@ def ms_to_dt(ms: int) -> datetime:
     return datetime.fromtimestamp(ms // 1000, UTC).replace(microsecond=(ms % 1000) * 1000)
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
 def dt_to_ms(dt: datetime) -> int:
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=UTC)
-    return int(dt.timestamp() * 1000)
+    # Exact integer arithmetic: float timestamps can lose the last millisecond.
+    return (dt - _EPOCH) // timedelta(milliseconds=1)
 
 
 def expiry_dt(expires_ms: int) -> datetime | None:

@@ -28,15 +28,19 @@ from handlers.store import Store
 log = structlog.get_logger("membus.service")
 
 
-def redis_client(url: str) -> aioredis.Redis:
+def redis_client(url: str, max_connections: int = 64) -> aioredis.Redis:
     # Fail fast while Redis is down (callers get `unavailable`), reconnect on the next call.
-    return aioredis.Redis.from_url(
+    # A blocking pool makes bursts wait for a free connection instead of failing.
+    pool = aioredis.BlockingConnectionPool.from_url(
         url,
+        max_connections=max_connections,
+        timeout=5.0,
         socket_connect_timeout=1.0,
         socket_timeout=5.0,
         health_check_interval=15,
         retry=Retry(ExponentialBackoff(cap=0.2, base=0.02), retries=1),
     )
+    return aioredis.Redis(connection_pool=pool)
 
 
 class Handler:
@@ -82,10 +86,10 @@ class Handler:
         except Exception:
             log.exception("reply.failed", op=op)
 
-    async def drain(self, timeout: float) -> None:
+    async def drain(self, grace_s: float) -> None:
         if self._tasks:
             log.info("drain.waiting", inflight=len(self._tasks))
-            await asyncio.wait(set(self._tasks), timeout=timeout)
+            await asyncio.wait(set(self._tasks), timeout=grace_s)
 
 
 async def _nats_disconnected() -> None:
@@ -129,7 +133,9 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
         metadata={"embedder": embedder.name, "dimension": str(embedder.dimension)},
     )
     for op in OPERATIONS:
-        await service.add_endpoint(name=op, subject=endpoint_subject(op), handler=handler.endpoint(op))
+        await service.add_endpoint(
+            name=op, subject=endpoint_subject(op), handler=handler.endpoint(op)
+        )
     handler.bind(service)
     log.info(
         "service.started",

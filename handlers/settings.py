@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -11,7 +12,6 @@ import msgspec
 from contracts.types import DEFAULT_TYPES, TypeTable, decode_type_table
 from handlers.embedders import minilm_available
 from handlers.ranking import RankWeights
-
 
 DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -41,6 +41,8 @@ def _number(env: Mapping[str, str], name: str, default: float, *, minimum: float
         value = float(raw)
     except ValueError:
         raise SettingsError(f"{name}={raw!r} is not a number") from None
+    if not math.isfinite(value):
+        raise SettingsError(f"{name}={raw!r} must be a finite number")
     if value < minimum:
         raise SettingsError(f"{name}={raw!r} must be at least {minimum}")
     return value

@@ -7,8 +7,9 @@ Both keys carry the same PEXPIREAT, so Redis itself expires memories.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,83 +19,28 @@ import redis.asyncio as aioredis
 import redis.exceptions
 import structlog
 from redis.commands.search.aggregation import AggregateRequest
-from redis.commands.search.reducers import count, max as rmax, min as rmin, tolist
+from redis.commands.search.reducers import count, tolist
+from redis.commands.search.reducers import max as rmax
+from redis.commands.search.reducers import min as rmin
 from redisvl.exceptions import RedisSearchError
 from redisvl.index import AsyncSearchIndex
 from redisvl.query import FilterQuery, VectorQuery
-from redisvl.query.filter import FilterExpression, Num, Tag
+from redisvl.query.filter import FilterExpression
 from redisvl.schema import IndexSchema
 
 from handlers.errors import Unavailable
-from handlers.scoping import ReadScope
+from handlers.schema import (
+    PERMANENT_MS,
+    RECORD_FIELDS,
+    NamespaceMeta,
+    access_key,
+    meta_key,
+    record_key,
+    schema_dict,
+)
+from handlers.scripts import BUMP_LUA, DELETE_LUA
 
 log = structlog.get_logger("membus.store")
-
-# Permanent memories get an expiry far in the future, so one numeric range filters expiry.
-PERMANENT_MS = 253_402_300_799_000  # 9999-12-31T23:59:59Z
-GENERAL = "1"
-RECORD_FIELDS = (
-    "id",
-    "type",
-    "content",
-    "tags",
-    "importance",
-    "wf",
-    "agent_id",
-    "source",
-    "metadata",
-    "created_at",
-    "updated_at",
-    "expires_at",
-)
-
-# Read the access counters of live memories (before this access), then bump them; the access
-# hash inherits the record's expiry. Checking EXISTS first keeps a bump from resurrecting a
-# deleted memory as a stray key.
-_BUMP_LUA = """
-local out = {}
-for i = 1, #KEYS, 2 do
-  local rec, acc = KEYS[i], KEYS[i + 1]
-  if redis.call('EXISTS', rec) == 1 then
-    local old = redis.call('HMGET', acc, 'access_count', 'last_accessed_at')
-    redis.call('HINCRBY', acc, 'access_count', 1)
-    redis.call('HSET', acc, 'last_accessed_at', ARGV[1])
-    local t = redis.call('PEXPIRETIME', rec)
-    if t > 0 then redis.call('PEXPIREAT', acc, t) end
-    out[#out + 1] = {old[1] or false, old[2] or false}
-  else
-    out[#out + 1] = false
-  end
-end
-return out
-"""
-
-# Read (id, type, wf, agent_id, content) of each live memory and delete its keys, atomically,
-# so that two concurrent deletes report (and publish) each memory once.
-_DELETE_LUA = """
-local out = {}
-local now = tonumber(ARGV[1])
-for i = 1, #KEYS, 2 do
-  local rec, acc = KEYS[i], KEYS[i + 1]
-  local f = redis.call('HMGET', rec, 'id', 'type', 'wf', 'agent_id', 'content', 'expires_at')
-  if f[1] and tonumber(f[6] or '0') > now then
-    redis.call('DEL', rec, acc)
-    out[#out + 1] = {f[1], f[2], f[3] or false, f[4] or false, f[5] or ''}
-  else
-    if f[1] then redis.call('DEL', rec, acc) end
-    out[#out + 1] = false
-  end
-end
-return out
-"""
-
-
-class NamespaceMeta(msgspec.Struct, frozen=True):
-    """What a namespace's vectors are: recorded once, when its index is created."""
-
-    embedder: str
-    dimension: int
-
 
 _meta_decoder = msgspec.json.Decoder(NamespaceMeta)
 
@@ -113,84 +59,6 @@ class StoredMemory:
         return self.fields["id"]
 
 
-def schema_dict(ns: str, dimension: int) -> dict[str, Any]:
-    return {
-        "index": {
-            "name": index_name(ns),
-            "prefix": f"membus:{ns}:m:",
-            "key_separator": ":",
-            "storage_type": "hash",
-        },
-        "fields": [
-            {"name": "type", "type": "tag", "attrs": {"case_sensitive": True}},
-            {"name": "tags", "type": "tag", "attrs": {"separator": ","}},
-            {"name": "wf", "type": "tag", "attrs": {"case_sensitive": True}},
-            {"name": "general", "type": "tag"},
-            {"name": "agent_id", "type": "tag", "attrs": {"case_sensitive": True}},
-            {"name": "content", "type": "text"},
-            {"name": "importance", "type": "numeric"},
-            {"name": "created_at", "type": "numeric", "attrs": {"sortable": True}},
-            {"name": "expires_at", "type": "numeric"},
-            {
-                "name": "embedding",
-                "type": "vector",
-                "attrs": {
-                    "algorithm": "hnsw",
-                    "dims": dimension,
-                    "distance_metric": "cosine",
-                    "datatype": "float32",
-                },
-            },
-        ],
-    }
-
-
-def index_name(ns: str) -> str:
-    return f"membus:{ns}"
-
-
-def record_key(ns: str, memory_id: str) -> str:
-    return f"membus:{ns}:m:{memory_id}"
-
-
-def access_key(ns: str, memory_id: str) -> str:
-    return f"membus:{ns}:a:{memory_id}"
-
-
-def meta_key(ns: str) -> str:
-    return f"membus:meta:{ns}"
-
-
-def read_filter(
-    now_ms: int,
-    scope: ReadScope,
-    *,
-    types: Iterable[str] | None = None,
-    tags: Iterable[str] | None = None,
-    since_ms: int | None = None,
-    until_ms: int | None = None,
-) -> FilterExpression:
-    """The filter every read applies: live (not expired), in scope, and the request's filters."""
-    general = Tag("general") == GENERAL
-    where: FilterExpression
-    if scope.workflow_id is None:
-        where = general
-    elif scope.general:
-        where = (Tag("wf") == scope.workflow_id) | general
-    else:
-        where = Tag("wf") == scope.workflow_id
-    f = (Num("expires_at") > now_ms) & where
-    if types:
-        f = f & (Tag("type") == list(types))
-    if tags:
-        f = f & (Tag("tags") == list(tags))
-    if since_ms is not None:
-        f = f & (Num("created_at") >= since_ms)
-    if until_ms is not None:
-        f = f & (Num("created_at") <= until_ms)
-    return f
-
-
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
@@ -199,9 +67,7 @@ def _key_id(ns: str, key: str) -> str:
     return key.removeprefix(f"membus:{ns}:m:")
 
 
-def _stored(
-    ns: str, doc: Any, names: Iterable[str], distance: float | None = None
-) -> StoredMemory:
+def _stored(ns: str, doc: Any, names: Iterable[str], distance: float | None = None) -> StoredMemory:
     # redis-py puts the key in `doc.id`, shadowing our own `id` field; the key holds the id.
     fields = {f: _text(getattr(doc, f)) for f in names if f != "id" and hasattr(doc, f)}
     fields["id"] = _key_id(ns, doc.id)
@@ -227,12 +93,15 @@ def _is_missing_index(exc: BaseException) -> bool:
 
 
 @contextlib.asynccontextmanager
-async def redis_errors() -> AsyncIterator[None]:
+async def redis_errors(on_lost: Callable[[], None] | None = None) -> AsyncIterator[None]:
     """Turn 'Redis is down' into `unavailable`, so clients know a retry is safe."""
     try:
         yield
     except (redis.exceptions.RedisError, RedisSearchError, OSError) as exc:
         if _is_connection_error(exc):
+            log.warning("redis.unreachable", error=repr(exc))
+            if on_lost is not None:
+                on_lost()
             raise Unavailable(
                 "The memory store (Redis) is unreachable right now; retry shortly."
             ) from exc
@@ -248,16 +117,25 @@ class Store:
         self.dimension = dimension
         # A cache only: every replica can rebuild it from Redis.
         self._indexes: dict[str, tuple[AsyncSearchIndex, NamespaceMeta]] = {}
-        self._bump = client.register_script(_BUMP_LUA)
-        self._delete = client.register_script(_DELETE_LUA)
+        self._pending: dict[str, asyncio.Future[tuple[AsyncSearchIndex, NamespaceMeta]]] = {}
+        self._bump = client.register_script(BUMP_LUA)
+        self._delete = client.register_script(DELETE_LUA)
 
     async def namespace(self, ns: str) -> tuple[AsyncSearchIndex, NamespaceMeta]:
         """The namespace's index and meta, created on first use."""
         cached = self._indexes.get(ns)
         if cached is not None:
             return cached
+        # Concurrent first requests for a namespace share one set-up.
+        pending = self._pending.get(ns)
+        if pending is None:
+            pending = self._pending[ns] = asyncio.ensure_future(self._open(ns))
+            pending.add_done_callback(lambda _: self._pending.pop(ns, None))
+        return await asyncio.shield(pending)
+
+    async def _open(self, ns: str) -> tuple[AsyncSearchIndex, NamespaceMeta]:
         mine = NamespaceMeta(self.embedder_name, self.dimension)
-        async with redis_errors():
+        async with self._guard():
             # The first writer decides what the namespace's vectors are; later ones read it.
             await self.client.set(meta_key(ns), msgspec.json.encode(mine), nx=True)
             meta = _meta_decoder.decode(await self.client.get(meta_key(ns)) or b"")
@@ -271,15 +149,33 @@ class Store:
                 # Another replica created it between our check and our create.
                 if "already exists" not in str(exc).lower():
                     raise
+            await self._wait_indexed(index)
         self._indexes[ns] = (index, meta)
         return index, meta
+
+    async def _wait_indexed(self, index: AsyncSearchIndex, limit_s: float = 5.0) -> None:
+        """A (re-)created index scans existing keys in the background; let it finish."""
+        deadline = asyncio.get_running_loop().time() + limit_s
+        while asyncio.get_running_loop().time() < deadline:
+            info = await index.info()
+            if not int(info.get("indexing", 0)):
+                return
+            await asyncio.sleep(0.01)
 
     def forget(self, ns: str) -> None:
         self._indexes.pop(ns, None)
 
+    def _forget_all(self) -> None:
+        self._indexes.clear()
+
+    def _guard(self) -> contextlib.AbstractAsyncContextManager[None]:
+        # A Redis that comes back may have lost its indexes (a restart without persistence),
+        # so after a lost connection every namespace is checked again on next use.
+        return redis_errors(self._forget_all)
+
     async def write(self, ns: str, fields: dict[str, Any], expires_ms: int) -> None:
         key = record_key(ns, fields["id"])
-        async with redis_errors():
+        async with self._guard():
             pipe = self.client.pipeline(transaction=True)
             pipe.hset(key, mapping=fields)
             if expires_ms != PERMANENT_MS:
@@ -334,7 +230,7 @@ class Store:
         return [_key_id(ns, doc.id) for doc in result.docs]
 
     async def _search(self, ns: str, index: AsyncSearchIndex, query: Any) -> Any:
-        async with redis_errors():
+        async with self._guard():
             try:
                 return await index.search(query.query, query_params=query.params)
             except RedisSearchError as exc:
@@ -359,7 +255,7 @@ class Store:
             )
             .dialect(2)
         )
-        async with redis_errors():
+        async with self._guard():
             try:
                 result = await index.aggregate(req)
             except RedisSearchError as exc:
@@ -380,7 +276,7 @@ class Store:
 
     async def fetch(self, ns: str, ids: list[str], now_ms: int) -> list[StoredMemory | None]:
         """Live memories by id, in order (None where missing or expired), bumping access."""
-        async with redis_errors():
+        async with self._guard():
             pipe = self.client.pipeline(transaction=False)
             for mid in ids:
                 pipe.hmget(record_key(ns, mid), RECORD_FIELDS)
@@ -404,7 +300,7 @@ class Store:
         keys: list[str] = []
         for m in memories:
             keys += [record_key(ns, m.id), access_key(ns, m.id)]
-        async with redis_errors():
+        async with self._guard():
             olds = await self._bump(keys=keys, args=[now_ms])
         for m, old in zip(memories, olds, strict=True):
             if old:
@@ -420,7 +316,7 @@ class Store:
         keys: list[str] = []
         for mid in ids:
             keys += [record_key(ns, mid), access_key(ns, mid)]
-        async with redis_errors():
+        async with self._guard():
             rows = await self._delete(keys=keys, args=[now_ms])
         out: list[tuple[str, str, str | None, str | None, str] | None] = []
         for row in rows:

@@ -1,0 +1,115 @@
+"""What a namespace looks like in Redis: key names, the RediSearch index schema (data, for
+redisvl) and the filter every read applies."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import msgspec
+from redisvl.query.filter import FilterExpression, Num, Tag
+
+from handlers.scoping import ReadScope
+
+# Permanent memories get an expiry far in the future, so one numeric range filters expiry.
+PERMANENT_MS = 253_402_300_799_000  # 9999-12-31T23:59:59Z
+GENERAL = "1"
+RECORD_FIELDS = (
+    "id",
+    "type",
+    "content",
+    "tags",
+    "importance",
+    "wf",
+    "agent_id",
+    "source",
+    "metadata",
+    "created_at",
+    "updated_at",
+    "expires_at",
+)
+
+
+class NamespaceMeta(msgspec.Struct, frozen=True):
+    """What a namespace's vectors are: recorded once, when its index is created."""
+
+    embedder: str
+    dimension: int
+
+
+def schema_dict(ns: str, dimension: int) -> dict[str, Any]:
+    return {
+        "index": {
+            "name": index_name(ns),
+            "prefix": f"membus:{ns}:m:",
+            "key_separator": ":",
+            "storage_type": "hash",
+        },
+        "fields": [
+            {"name": "type", "type": "tag", "attrs": {"case_sensitive": True}},
+            {"name": "tags", "type": "tag", "attrs": {"separator": ","}},
+            {"name": "wf", "type": "tag", "attrs": {"case_sensitive": True}},
+            {"name": "general", "type": "tag"},
+            {"name": "agent_id", "type": "tag", "attrs": {"case_sensitive": True}},
+            {"name": "content", "type": "text"},
+            {"name": "importance", "type": "numeric"},
+            {"name": "created_at", "type": "numeric", "attrs": {"sortable": True}},
+            {"name": "expires_at", "type": "numeric"},
+            {
+                "name": "embedding",
+                "type": "vector",
+                "attrs": {
+                    "algorithm": "hnsw",
+                    "dims": dimension,
+                    "distance_metric": "cosine",
+                    "datatype": "float32",
+                },
+            },
+        ],
+    }
+
+
+def index_name(ns: str) -> str:
+    return f"membus:{ns}"
+
+
+def record_key(ns: str, memory_id: str) -> str:
+    return f"membus:{ns}:m:{memory_id}"
+
+
+def access_key(ns: str, memory_id: str) -> str:
+    return f"membus:{ns}:a:{memory_id}"
+
+
+def meta_key(ns: str) -> str:
+    return f"membus:meta:{ns}"
+
+
+def read_filter(
+    now_ms: int,
+    scope: ReadScope,
+    *,
+    types: Iterable[str] | None = None,
+    tags: Iterable[str] | None = None,
+    since_ms: int | None = None,
+    until_ms: int | None = None,
+) -> FilterExpression:
+    """The filter every read applies: live (not expired), in scope, and the request's filters."""
+    general = Tag("general") == GENERAL
+    where: FilterExpression
+    if scope.workflow_id is None:
+        where = general
+    elif scope.general:
+        where = (Tag("wf") == scope.workflow_id) | general
+    else:
+        where = Tag("wf") == scope.workflow_id
+    f = (Num("expires_at") > now_ms) & where
+    if types:
+        f = f & (Tag("type") == list(types))
+    if tags:
+        f = f & (Tag("tags") == list(tags))
+    if since_ms is not None:
+        f = f & (Num("created_at") >= since_ms)
+    if until_ms is not None:
+        f = f & (Num("created_at") <= until_ms)
+    return f

