@@ -1,7 +1,7 @@
 """Regenerate the message tables of docs/protocol.md from the msgspec contracts.
 
-    python docs/gen_protocol.py          # rewrite the generated section
-    python docs/gen_protocol.py --check  # exit 1 when the file is out of date (a unit test does this)
+python docs/gen_protocol.py          # rewrite the generated section
+python docs/gen_protocol.py --check  # exit 1 when the file is stale (a unit test checks it)
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import msgspec.inspect as mi
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from contracts import messages as m  # noqa: E402
+from contracts import messages as m
 
 DOC = Path(__file__).with_name("protocol.md")
 BEGIN = "<!-- generated from contracts/ by docs/gen_protocol.py: do not edit by hand -->"
@@ -105,7 +105,8 @@ def render() -> str:
         for cls in structs:
             info = mi.type_info(cls)
             assert isinstance(info, mi.StructType)
-            out += [f"#### `{cls.__name__}`", "", "| field | type | default |", "| --- | --- | --- |"]
+            out += [f"#### `{cls.__name__}`", "", "| field | type | default |"]
+            out.append("| --- | --- | --- |")
             for f in info.fields:
                 out.append(f"| `{f.encode_name}` | {render_type(f.type)} | {render_default(f)} |")
             out.append("")
