@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import sys
 from typing import Any
 
 import nats
@@ -22,7 +23,7 @@ from handlers.dispatch import dispatch
 from handlers.embedders import Embedder, build_embedder
 from handlers.logs import configure_logging
 from handlers.operations import Deps
-from handlers.settings import Settings, load_settings
+from handlers.settings import Settings, SettingsError, load_settings
 from handlers.store import Store
 
 log = structlog.get_logger("membus.service")
@@ -104,17 +105,35 @@ async def _nats_error(exc: Exception) -> None:
     log.warning("nats.error", error=str(exc))
 
 
+async def _connect_or_stop(url: str, stop: asyncio.Event) -> nats.NATS | None:
+    """Connect to NATS, retrying while it is not up yet; None when asked to stop first."""
+    connecting = asyncio.ensure_future(
+        nats.connect(
+            url,
+            name=f"membus-handler-{__version__}",
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=0.5,
+            error_cb=_nats_error,
+            disconnected_cb=_nats_disconnected,
+            reconnected_cb=_nats_reconnected,
+        )
+    )
+    stopping = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({connecting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    stopping.cancel()
+    if connecting.done():
+        return connecting.result()
+    connecting.cancel()
+    return None
+
+
 async def serve(settings: Settings, stop: asyncio.Event) -> None:
     embedder: Embedder = build_embedder(settings.embedder, hash_dimension=settings.hash_dimension)
-    nc = await nats.connect(
-        settings.nats_url,
-        name=f"membus-handler-{__version__}",
-        max_reconnect_attempts=-1,
-        reconnect_time_wait=0.5,
-        error_cb=_nats_error,
-        disconnected_cb=_nats_disconnected,
-        reconnected_cb=_nats_reconnected,
-    )
+    nc = await _connect_or_stop(settings.nats_url, stop)
+    if nc is None:
+        await embedder.close()
+        log.info("service.stopped", reason="stopped before NATS answered")
+        return
     client = redis_client(settings.redis_url)
     deps = Deps(
         store=Store(client, embedder.name, embedder.dimension),
@@ -157,7 +176,11 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
 
 
 def main() -> None:
-    settings = load_settings()
+    try:
+        settings = load_settings()
+    except SettingsError as exc:
+        sys.stderr.write(f"memory-bus handler: {exc}\n")
+        raise SystemExit(2) from None
     configure_logging(settings.log_level)
 
     async def run() -> None:
