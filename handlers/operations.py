@@ -28,6 +28,7 @@ from contracts.messages import (
     GetRequest,
     ListReply,
     ListRequest,
+    ScoredMemory,
     SearchReply,
     SearchRequest,
     preview,
@@ -246,11 +247,19 @@ async def search(ns: str, req: SearchRequest, deps: Deps) -> SearchReply:
             sim, float(m.fields["importance"]), int(m.fields["created_at"]), now, deps.weights
         )
         if req.min_score is None or total >= req.min_score:
-            ranked.append((total, sim, m))
-    ranked.sort(key=lambda r: (r[0], r[1], r[2].fields["created_at"]), reverse=True)
-    ranked = ranked[: req.limit]
-    await deps.store.bump(ns, [m for _, _, m in ranked], now)
-    return SearchReply(results=[to_scored(m, total, sim) for total, sim, m in ranked])
+            ranked.append((total, sim, m.fields["created_at"], m.id))
+    ranked.sort(key=lambda r: (r[0], r[1], int(r[2])), reverse=True)
+    results: list[ScoredMemory] = []
+    # Only the winners' records are read (and counted as accessed); one that vanished since
+    # the vector query (deleted, expired) gives its place to the next candidate.
+    while ranked and len(results) < req.limit:
+        want = req.limit - len(results)
+        batch, ranked = ranked[:want], ranked[want:]
+        records = await deps.store.fetch(ns, [r[3] for r in batch], now)
+        for (total, sim, _, _), rec in zip(batch, records, strict=True):
+            if rec is not None:
+                results.append(to_scored(rec, total, sim))
+    return SearchReply(results=results)
 
 
 async def describe(ns: str, req: DescribeRequest, deps: Deps) -> DescribeReply:

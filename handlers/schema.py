@@ -14,7 +14,9 @@ from handlers.scoping import ReadScope
 # Permanent memories get an expiry far in the future, so one numeric range filters expiry.
 PERMANENT_MS = 253_402_300_799_000  # 9999-12-31T23:59:59Z
 GENERAL = "1"
+# `expires_at` first: the fetch script checks it before anything else.
 RECORD_FIELDS = (
+    "expires_at",
     "id",
     "type",
     "content",
@@ -26,8 +28,9 @@ RECORD_FIELDS = (
     "metadata",
     "created_at",
     "updated_at",
-    "expires_at",
 )
+# What ranking needs of a vector candidate; the winners' records are fetched afterwards.
+CANDIDATE_FIELDS = ("importance", "created_at")
 
 
 class NamespaceMeta(msgspec.Struct, frozen=True):
@@ -46,10 +49,12 @@ def schema_dict(ns: str, dimension: int) -> dict[str, Any]:
             "storage_type": "hash",
         },
         "fields": [
-            {"name": "type", "type": "tag", "attrs": {"case_sensitive": True}},
-            {"name": "tags", "type": "tag", "attrs": {"separator": ","}},
+            # Sortable fields sit in RediSearch's own sorting vector, so `describe`'s
+            # aggregation groups on them without loading each hash.
+            {"name": "type", "type": "tag", "attrs": {"case_sensitive": True, "sortable": True}},
+            {"name": "tags", "type": "tag", "attrs": {"separator": ",", "sortable": True}},
             {"name": "wf", "type": "tag", "attrs": {"case_sensitive": True}},
-            {"name": "general", "type": "tag"},
+            {"name": "general", "type": "tag", "attrs": {"sortable": True}},
             {"name": "agent_id", "type": "tag", "attrs": {"case_sensitive": True}},
             {"name": "content", "type": "text"},
             {"name": "importance", "type": "numeric"},

@@ -30,6 +30,7 @@ from redisvl.schema import IndexSchema
 
 from handlers.errors import Unavailable
 from handlers.schema import (
+    CANDIDATE_FIELDS,
     PERMANENT_MS,
     RECORD_FIELDS,
     NamespaceMeta,
@@ -38,7 +39,7 @@ from handlers.schema import (
     record_key,
     schema_dict,
 )
-from handlers.scripts import BUMP_LUA, DELETE_LUA
+from handlers.scripts import DELETE_LUA, FETCH_LUA
 
 log = structlog.get_logger("membus.store")
 
@@ -118,7 +119,7 @@ class Store:
         # A cache only: every replica can rebuild it from Redis.
         self._indexes: dict[str, tuple[AsyncSearchIndex, NamespaceMeta]] = {}
         self._pending: dict[str, asyncio.Future[tuple[AsyncSearchIndex, NamespaceMeta]]] = {}
-        self._bump = client.register_script(BUMP_LUA)
+        self._fetch = client.register_script(FETCH_LUA)
         self._delete = client.register_script(DELETE_LUA)
 
     async def namespace(self, ns: str) -> tuple[AsyncSearchIndex, NamespaceMeta]:
@@ -189,13 +190,13 @@ class Store:
         query = VectorQuery(
             vector=vector.astype(np.float32).tobytes(),
             vector_field_name="embedding",
-            return_fields=list(RECORD_FIELDS),
+            return_fields=list(CANDIDATE_FIELDS),
             filter_expression=where,
             num_results=k,
         )
         result = await self._search(ns, index, query)
         return [
-            _stored(ns, doc, RECORD_FIELDS, distance=float(doc.vector_distance))
+            _stored(ns, doc, CANDIDATE_FIELDS, distance=float(doc.vector_distance))
             for doc in result.docs
         ]
 
@@ -275,37 +276,31 @@ class Store:
         return rows
 
     async def fetch(self, ns: str, ids: list[str], now_ms: int) -> list[StoredMemory | None]:
-        """Live memories by id, in order (None where missing or expired), bumping access."""
+        """Live memories by id, in order (None where missing or expired), counting an access."""
+        if not ids:
+            return []
+        keys: list[str] = []
+        for mid in ids:
+            keys += [record_key(ns, mid), access_key(ns, mid)]
         async with self._guard():
-            pipe = self.client.pipeline(transaction=False)
-            for mid in ids:
-                pipe.hmget(record_key(ns, mid), RECORD_FIELDS)
-            rows = await pipe.execute()
+            rows = await self._fetch(keys=keys, args=[now_ms, *RECORD_FIELDS])
         found: list[StoredMemory | None] = []
-        for values in rows:
-            if values[0] is None:
+        for row in rows:
+            if not row:
                 found.append(None)
                 continue
+            *values, count, last = row
             fields = {
                 f: _text(v) for f, v in zip(RECORD_FIELDS, values, strict=True) if v is not None
             }
-            found.append(StoredMemory(fields) if int(fields["expires_at"]) > now_ms else None)
-        await self.bump(ns, [m for m in found if m is not None], now_ms)
+            found.append(
+                StoredMemory(
+                    fields,
+                    access_count=int(count) if count else 0,
+                    last_accessed_ms=int(last) if last else None,
+                )
+            )
         return found
-
-    async def bump(self, ns: str, memories: list[StoredMemory], now_ms: int) -> None:
-        """Count an access to each memory; fill in the counters as they were before it."""
-        if not memories:
-            return
-        keys: list[str] = []
-        for m in memories:
-            keys += [record_key(ns, m.id), access_key(ns, m.id)]
-        async with self._guard():
-            olds = await self._bump(keys=keys, args=[now_ms])
-        for m, old in zip(memories, olds, strict=True):
-            if old:
-                m.access_count = int(old[0]) if old[0] else 0
-                m.last_accessed_ms = int(old[1]) if old[1] else None
 
     async def delete(
         self, ns: str, ids: list[str], now_ms: int
