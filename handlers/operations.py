@@ -231,8 +231,9 @@ async def search(ns: str, req: SearchRequest, deps: Deps) -> SearchReply:
     _, meta = await deps.store.namespace(ns)
     vec = await query_vector(ns, meta, req.query, req.embedding, deps)
     now = deps.clock()
+    # Expiry is checked on the candidates below, not in the vector query's filter.
     where = read_filter(
-        now,
+        None,
         read_scope(req.scope, req.workflow_id),
         types=req.types,
         tags=req.tags,
@@ -242,6 +243,8 @@ async def search(ns: str, req: SearchRequest, deps: Deps) -> SearchReply:
     candidates = await deps.store.knn(ns, vec, where, ranking.overfetch(req.limit))
     ranked = []
     for m in candidates:
+        if int(m.fields["expires_at"]) <= now:
+            continue
         sim = ranking.similarity(m.distance or 0.0)
         total = ranking.score(
             sim, float(m.fields["importance"]), int(m.fields["created_at"]), now, deps.weights

@@ -30,7 +30,7 @@ RECORD_FIELDS = (
     "updated_at",
 )
 # What ranking needs of a vector candidate; the winners' records are fetched afterwards.
-CANDIDATE_FIELDS = ("importance", "created_at")
+CANDIDATE_FIELDS = ("importance", "created_at", "expires_at")
 
 
 class NamespaceMeta(msgspec.Struct, frozen=True):
@@ -57,9 +57,9 @@ def schema_dict(ns: str, dimension: int) -> dict[str, Any]:
             {"name": "general", "type": "tag", "attrs": {"sortable": True}},
             {"name": "agent_id", "type": "tag", "attrs": {"case_sensitive": True}},
             {"name": "content", "type": "text"},
-            {"name": "importance", "type": "numeric"},
+            {"name": "importance", "type": "numeric", "attrs": {"sortable": True}},
             {"name": "created_at", "type": "numeric", "attrs": {"sortable": True}},
-            {"name": "expires_at", "type": "numeric"},
+            {"name": "expires_at", "type": "numeric", "attrs": {"sortable": True}},
             {
                 "name": "embedding",
                 "type": "vector",
@@ -91,7 +91,7 @@ def meta_key(ns: str) -> str:
 
 
 def read_filter(
-    now_ms: int,
+    now_ms: int | None,
     scope: ReadScope,
     *,
     types: Iterable[str] | None = None,
@@ -99,7 +99,11 @@ def read_filter(
     since_ms: int | None = None,
     until_ms: int | None = None,
 ) -> FilterExpression:
-    """The filter every read applies: live (not expired), in scope, and the request's filters."""
+    """The filter every read applies: live (not expired), in scope, and the request's filters.
+
+    `now_ms=None` leaves expiry out, for a caller that checks `expires_at` itself (vector
+    search does: a numeric range over every document slows RediSearch's hybrid KNN down).
+    """
     general = Tag("general") == GENERAL
     where: FilterExpression
     if scope.workflow_id is None:
@@ -108,7 +112,7 @@ def read_filter(
         where = (Tag("wf") == scope.workflow_id) | general
     else:
         where = Tag("wf") == scope.workflow_id
-    f = (Num("expires_at") > now_ms) & where
+    f = where if now_ms is None else (Num("expires_at") > now_ms) & where
     if types:
         f = f & (Tag("type") == list(types))
     if tags:
