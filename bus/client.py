@@ -32,6 +32,8 @@ from contracts.messages import (
     Request,
     SearchReply,
     SearchRequest,
+    UpdateReply,
+    UpdateRequest,
 )
 from contracts.subjects import (
     DEFAULT_NAMESPACE,
@@ -217,7 +219,11 @@ class AgentMemory:
         source: str | None = None,
         metadata: dict[str, Any] | None = None,
         embedding: Sequence[float] | None = None,
+        dedup: Literal["exact", "semantic", "none"] = "exact",
+        dedup_threshold: float | None = None,
     ) -> AddReply:
+        """Store a memory. A repeat of live content (same type and scope) is not stored
+        twice: the reply's `duplicate_of` names the memory whose `mention_count` went up."""
         req = _build(
             AddRequest,
             type=type,
@@ -231,8 +237,31 @@ class AgentMemory:
             source=source,
             metadata=metadata,
             embedding=list(embedding) if embedding is not None else None,
+            dedup=dedup,
+            dedup_threshold=dedup_threshold,
         )
         return await self._bus.request("add", req, AddReply)
+
+    async def update(
+        self,
+        id: str,
+        *,
+        content: str | None = None,
+        tags: Sequence[str] | None = None,
+        importance: float | None = None,
+        ttl_s: int | None = None,
+    ) -> UpdateReply:
+        """Change one memory; `ttl_s=0` makes it permanent. Unknown id: `NotFound`."""
+        req = _build(
+            UpdateRequest,
+            id=id,
+            content=content,
+            tags=list(tags) if tags is not None else None,
+            importance=importance,
+            ttl_s=ttl_s,
+            agent_id=self._agent_id,
+        )
+        return await self._bus.request("update", req, UpdateReply)
 
     async def search(
         self,
@@ -246,6 +275,8 @@ class AgentMemory:
         since: datetime | None = None,
         until: datetime | None = None,
         embedding: Sequence[float] | None = None,
+        mode: Literal["vector", "text", "hybrid"] | None = None,
+        max_tokens: int | None = None,
     ) -> SearchReply:
         req = _build(
             SearchRequest,
@@ -259,6 +290,8 @@ class AgentMemory:
             since=since,
             until=until,
             embedding=list(embedding) if embedding is not None else None,
+            mode=mode,
+            max_tokens=max_tokens,
         )
         return await self._bus.request("search", req, SearchReply)
 
@@ -278,6 +311,7 @@ class AgentMemory:
         scope: Literal["both", "workflow", "general"] = "both",
         limit: int = 20,
         offset: int = 0,
+        max_tokens: int | None = None,
     ) -> ListReply: ...
 
     @overload
@@ -290,6 +324,7 @@ class AgentMemory:
         scope: Literal["both", "workflow", "general"] = "both",
         limit: int = 20,
         offset: int = 0,
+        max_tokens: int | None = None,
     ) -> CompactListReply: ...
 
     async def list(
@@ -301,6 +336,7 @@ class AgentMemory:
         scope: Literal["both", "workflow", "general"] = "both",
         limit: int = 20,
         offset: int = 0,
+        max_tokens: int | None = None,
     ) -> ListReply | CompactListReply:
         req = _build(
             ListRequest,
@@ -311,6 +347,7 @@ class AgentMemory:
             scope=scope,
             limit=limit,
             offset=offset,
+            max_tokens=max_tokens,
         )
         reply_type = CompactListReply if mode == "compact" else ListReply
         return await self._bus.request("list", req, reply_type)  # type: ignore[return-value]

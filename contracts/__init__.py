@@ -26,6 +26,8 @@ from contracts.messages import (
     ScoredMemory,
     SearchReply,
     SearchRequest,
+    UpdateReply,
+    UpdateRequest,
 )
 from contracts.types import DEFAULT_TYPES, TypeConfig, TypeTable
 
@@ -57,5 +59,7 @@ __all__ = [
     "SearchRequest",
     "TypeConfig",
     "TypeTable",
+    "UpdateReply",
+    "UpdateRequest",
     "limits",
 ]

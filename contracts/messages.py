@@ -32,6 +32,8 @@ Query = Annotated[str, msgspec.Meta(min_length=1, max_length=limits.MAX_QUERY_CH
 AgentId = Annotated[str, msgspec.Meta(min_length=1, max_length=limits.MAX_AGENT_ID_CHARS)]
 Source = Annotated[str, msgspec.Meta(max_length=limits.MAX_SOURCE_CHARS)]
 ReadScope = Literal["both", "workflow", "general"]
+SearchMode = Literal["vector", "text", "hybrid"]
+MaxTokens = Annotated[int, msgspec.Meta(ge=1, le=1_000_000)]
 StoreScope = Literal["general", "workflow"]
 
 
@@ -69,9 +71,33 @@ class AddRequest(Request, kw_only=True):
     source: Source | None = None
     metadata: dict[str, Any] | None = None
     embedding: Embedding | None = None
+    # "exact": a repeat of the same normalised content (same type and scope) bumps the
+    # existing memory's `mention_count` instead of adding one; "semantic" also folds in
+    # near-duplicates (cosine >= `dedup_threshold`, default configured, 0.95); "none" always adds.
+    dedup: Literal["exact", "semantic", "none"] = "exact"
+    dedup_threshold: Annotated[float, msgspec.Meta(gt=0.0, le=1.0)] | None = None
 
     def __post_init__(self) -> None:
         self.tags = normalize_tags(self.tags)
+
+
+class UpdateRequest(Request, kw_only=True):
+    """Change one memory; fields left out stay as they are. `ttl_s: 0` makes it permanent."""
+
+    id: MemoryId
+    content: Annotated[str, msgspec.Meta(min_length=1)] | None = None
+    tags: Tags | None = None
+    importance: Importance | None = None
+    ttl_s: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    agent_id: AgentId | None = None
+
+    def __post_init__(self) -> None:
+        if self.tags is not None:
+            self.tags = normalize_tags(self.tags)
+        if (self.content, self.tags, self.importance, self.ttl_s) == (None, None, None, None):
+            raise ValueError(
+                "update changes nothing: give at least one of content, tags, importance, ttl_s"
+            )
 
 
 class SearchRequest(Request, kw_only=True):
@@ -85,6 +111,10 @@ class SearchRequest(Request, kw_only=True):
     since: datetime | None = None
     until: datetime | None = None
     embedding: Embedding | None = None
+    # None: the configured default (see docs/protocol.md for how it was chosen).
+    mode: SearchMode | None = None
+    # Stop adding results once their estimated tokens would pass this budget (always >= 1).
+    max_tokens: MaxTokens | None = None
 
     def __post_init__(self) -> None:
         if self.query is None and self.embedding is None:
@@ -106,6 +136,7 @@ class ListRequest(Request, kw_only=True):
     scope: ReadScope = "both"
     limit: Annotated[int, msgspec.Meta(ge=1, le=limits.MAX_LIST_LIMIT)] = 20
     offset: Annotated[int, msgspec.Meta(ge=0, le=limits.MAX_LIST_OFFSET)] = 0
+    max_tokens: MaxTokens | None = None
 
     def __post_init__(self) -> None:
         if self.tags is not None:
@@ -141,6 +172,7 @@ REQUEST_TYPES: dict[str, type[Request]] = {
     "get": GetRequest,
     "delete": DeleteRequest,
     "clear_by_type": ClearByTypeRequest,
+    "update": UpdateRequest,
 }
 
 # --------------------------------------------------------------------------- records
@@ -163,11 +195,16 @@ class Memory(msgspec.Struct, kw_only=True):
     expires_at: datetime | None = None
     access_count: int = 0
     last_accessed_at: datetime | None = None
+    # How often this content was added (exact or near repeats fold into one memory).
+    mention_count: int = 1
 
 
 class ScoredMemory(Memory, kw_only=True):
     score: float = 0.0
     similarity: float = 0.0
+    # Full-text relevance: BM25 normalised to the best match of this search (0..1); 0 when
+    # the memory matched no query word or the search ran in vector mode.
+    text_score: float = 0.0
 
 
 class CompactMemory(msgspec.Struct, kw_only=True):
@@ -204,10 +241,22 @@ class AddReply(Reply, kw_only=True):
     workflow_id: str | None
     importance: float
     expires_at: datetime | None
+    # Set when the content repeated an existing memory: then `id` is that memory's id.
+    duplicate_of: str | None = None
+    mention_count: int = 1
+
+
+class UpdateReply(Reply, kw_only=True):
+    id: str
+    workflow_id: str | None
+    importance: float
+    updated_at: datetime
+    expires_at: datetime | None
 
 
 class SearchReply(Reply, kw_only=True):
     results: list[ScoredMemory]
+    mode: SearchMode = "vector"
 
 
 class DescribeReply(Reply, kw_only=True):

@@ -24,6 +24,7 @@ OPERATIONS: tuple[str, ...] = (
     "get",
     "delete",
     "clear_by_type",
+    "update",
 )
 
 

@@ -31,6 +31,7 @@ SECTIONS: list[tuple[str, list[type[msgspec.Struct]]]] = [
             m.GetRequest,
             m.DeleteRequest,
             m.ClearByTypeRequest,
+            m.UpdateRequest,
         ],
     ),
     (
@@ -44,6 +45,7 @@ SECTIONS: list[tuple[str, list[type[msgspec.Struct]]]] = [
             m.GetReply,
             m.DeleteReply,
             m.ClearByTypeReply,
+            m.UpdateReply,
             m.ErrorReply,
         ],
     ),

@@ -59,6 +59,7 @@ def _common(m: StoredMemory) -> dict[str, object]:
         "expires_at": expiry_dt(int(f["expires_at"])),
         "access_count": m.access_count,
         "last_accessed_at": ms_to_dt(m.last_accessed_ms) if m.last_accessed_ms else None,
+        "mention_count": int(f.get("mention_count", 1)),
     }
 
 
@@ -66,8 +67,26 @@ def to_memory(m: StoredMemory) -> Memory:
     return Memory(**_common(m))  # type: ignore[arg-type]
 
 
-def to_scored(m: StoredMemory, score: float, similarity: float) -> ScoredMemory:
-    return ScoredMemory(**_common(m), score=score, similarity=similarity)  # type: ignore[arg-type]
+def to_scored(
+    m: StoredMemory, score: float, similarity: float, text_score: float = 0.0
+) -> ScoredMemory:
+    return ScoredMemory(
+        **_common(m),  # type: ignore[arg-type]
+        score=score,
+        similarity=similarity,
+        text_score=text_score,
+    )
+
+
+def estimate_tokens(text: str) -> int:
+    """The token estimate of PROTOCOL's `max_tokens`: one token per 4 characters, rounded up."""
+    return (len(text) + 3) // 4
+
+
+def fits_budget(text: str, spent: int, budget: int | None) -> tuple[bool, int]:
+    """Whether `text` still fits in the budget after `spent` tokens, and the new total."""
+    total = spent + estimate_tokens(text)
+    return budget is None or total <= budget, total
 
 
 def to_compact(m: StoredMemory) -> CompactMemory:

@@ -28,9 +28,10 @@ RECORD_FIELDS = (
     "metadata",
     "created_at",
     "updated_at",
+    "mention_count",
 )
 # What ranking needs of a vector candidate; the winners' records are fetched afterwards.
-CANDIDATE_FIELDS = ("importance", "created_at", "expires_at")
+CANDIDATE_FIELDS = ("importance", "created_at", "expires_at", "mention_count")
 
 
 class NamespaceMeta(msgspec.Struct, frozen=True):
@@ -57,6 +58,9 @@ def schema_dict(ns: str, dimension: int) -> dict[str, Any]:
             {"name": "general", "type": "tag", "attrs": {"sortable": True}},
             {"name": "agent_id", "type": "tag", "attrs": {"case_sensitive": True}},
             {"name": "content", "type": "text"},
+            # Tags spelled out as words, so full-text search matches them too.
+            {"name": "tagtext", "type": "text"},
+            {"name": "mention_count", "type": "numeric", "attrs": {"sortable": True}},
             {"name": "importance", "type": "numeric", "attrs": {"sortable": True}},
             {"name": "created_at", "type": "numeric", "attrs": {"sortable": True}},
             {"name": "expires_at", "type": "numeric", "attrs": {"sortable": True}},
@@ -80,6 +84,10 @@ def index_name(ns: str) -> str:
 
 def record_key(ns: str, memory_id: str) -> str:
     return f"membus:{ns}:m:{memory_id}"
+
+
+def dedup_prefix(ns: str) -> str:
+    return f"membus:{ns}:h:"
 
 
 def access_key(ns: str, memory_id: str) -> str:

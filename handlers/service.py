@@ -19,10 +19,10 @@ from redis.retry import Retry
 
 from contracts.subjects import OPERATIONS, QUEUE_GROUP, SERVICE_NAME, endpoint_subject
 from handlers import __version__
+from handlers.deps import Deps
 from handlers.dispatch import dispatch
 from handlers.embedders import Embedder, build_embedder
 from handlers.logs import configure_logging
-from handlers.operations import Deps
 from handlers.settings import Settings, SettingsError, load_settings
 from handlers.store import Store
 
@@ -141,6 +141,10 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
         types=settings.types,
         weights=settings.weights,
         publish=nc.publish,
+        dedup_threshold=settings.dedup_threshold,
+        default_mode=settings.search_mode,
+        fusion=settings.fusion,
+        hybrid_alpha=settings.hybrid_alpha,
     )
     handler = Handler(deps, settings.max_inflight)
     service = await add_service(

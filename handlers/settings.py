@@ -30,6 +30,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     weights: RankWeights = RankWeights()
     max_inflight: int = 256
     drain_timeout_s: float = 10.0
+    search_mode: str = "hybrid"
+    fusion: str = "linear"
+    hybrid_alpha: float = 0.7
+    dedup_threshold: float = 0.95
     log_level: str = "info"
 
 
@@ -64,7 +68,18 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         importance=_number(env, "MEMBUS_RANK_IMPORTANCE", 0.15, minimum=0),
         recency=_number(env, "MEMBUS_RANK_RECENCY", 0.15, minimum=0),
         recency_days=_number(env, "MEMBUS_RECENCY_DAYS", 30.0, minimum=0.001),
+        mention=_number(env, "MEMBUS_RANK_MENTION", 0.0, minimum=0),
     )
+    mode = env.get("MEMBUS_SEARCH_MODE") or "hybrid"
+    if mode not in ("vector", "text", "hybrid"):
+        raise SettingsError(f"MEMBUS_SEARCH_MODE={mode!r}: use 'vector', 'text' or 'hybrid'")
+    fusion = env.get("MEMBUS_HYBRID_FUSION") or "linear"
+    if fusion not in ("linear", "rrf"):
+        raise SettingsError(f"MEMBUS_HYBRID_FUSION={fusion!r}: use 'linear' or 'rrf'")
+    alpha = _number(env, "MEMBUS_HYBRID_ALPHA", 0.7, minimum=0)
+    threshold = _number(env, "MEMBUS_DEDUP_THRESHOLD", 0.95, minimum=0.01)
+    if alpha > 1 or threshold > 1:
+        raise SettingsError("MEMBUS_HYBRID_ALPHA and MEMBUS_DEDUP_THRESHOLD must be at most 1")
     return Settings(
         nats_url=env.get("MEMBUS_NATS_URL") or DEFAULT_NATS_URL,
         redis_url=env.get("MEMBUS_REDIS_URL") or DEFAULT_REDIS_URL,
@@ -75,4 +90,8 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         max_inflight=int(_number(env, "MEMBUS_MAX_INFLIGHT", 256, minimum=1)),
         drain_timeout_s=_number(env, "MEMBUS_DRAIN_TIMEOUT_S", 10.0, minimum=0),
         log_level=env.get("MEMBUS_LOG_LEVEL") or "info",
+        search_mode=mode,
+        fusion=fusion,
+        hybrid_alpha=alpha,
+        dedup_threshold=threshold,
     )

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable
 from typing import Any
 
 import msgspec
@@ -24,22 +23,35 @@ from redis.commands.search.reducers import max as rmax
 from redis.commands.search.reducers import min as rmin
 from redisvl.exceptions import RedisSearchError
 from redisvl.index import AsyncSearchIndex
-from redisvl.query import CountQuery, FilterQuery, VectorQuery
+from redisvl.query import CountQuery, FilterQuery, TextQuery, VectorQuery
 from redisvl.query.filter import FilterExpression
 from redisvl.schema import IndexSchema
 
-from handlers.errors import Unavailable
+from handlers.redisio import (
+    Found,
+    Repeat,
+    StoredMemory,
+    is_connection_error,
+    is_missing_index,
+    key_id,
+    memory_keys,
+    parse_search,
+    redis_errors,
+    stored,
+    text,
+)
 from handlers.schema import (
     CANDIDATE_FIELDS,
     PERMANENT_MS,
     RECORD_FIELDS,
     NamespaceMeta,
     access_key,
+    dedup_prefix,
     meta_key,
     record_key,
     schema_dict,
 )
-from handlers.scripts import DELETE_LUA, FETCH_LUA
+from handlers.scripts import ADD_LUA, DELETE_LUA, FETCH_LUA, MENTION_LUA, UPDATE_LUA
 
 log = structlog.get_logger("membus.store")
 
@@ -48,103 +60,6 @@ BATCHES_MIN_SHARE = 0.05
 COUNT_TTL_S = 5.0
 
 _meta_decoder = msgspec.json.Decoder(NamespaceMeta)
-
-
-@dataclass(slots=True)
-class StoredMemory:
-    """A memory as read from Redis, before it becomes a reply record."""
-
-    fields: dict[str, str]
-    access_count: int = 0
-    last_accessed_ms: int | None = None
-    distance: float | None = None
-
-    @property
-    def id(self) -> str:
-        return self.fields["id"]
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-@dataclass(slots=True)
-class Found:
-    """An FT.SEARCH reply: the total that matched and (key, fields) of the returned page."""
-
-    total: int
-    docs: list[tuple[str, dict[str, str]]]
-
-
-def _pairs(flat: list[Any]) -> dict[str, str]:
-    return {_text(flat[i]): _text(flat[i + 1]) for i in range(0, len(flat), 2)}
-
-
-def _parse_search(raw: Any) -> Found:
-    if isinstance(raw, dict):  # RESP3
-        rows = raw.get(b"results", raw.get("results", []))
-        docs = []
-        for row in rows:
-            attrs = row.get(b"extra_attributes", row.get("extra_attributes")) or {}
-            key = _text(row.get(b"id", row.get("id")))
-            docs.append((key, {_text(k): _text(v) for k, v in attrs.items()}))
-        return Found(int(raw.get(b"total_results", raw.get("total_results", 0))), docs)
-    total, rest = int(raw[0]), raw[1:]
-    if rest and not isinstance(rest[1 if len(rest) > 1 else 0], list):  # NOCONTENT
-        return Found(total, [(_text(key), {}) for key in rest])
-    return Found(total, [(_text(rest[i]), _pairs(rest[i + 1])) for i in range(0, len(rest), 2)])
-
-
-def _memory_keys(ns: str, ids: list[str]) -> list[str]:
-    """Record and access key of each memory, interleaved, as the Lua scripts take them."""
-    keys: list[str] = []
-    for mid in ids:
-        keys += [record_key(ns, mid), access_key(ns, mid)]
-    return keys
-
-
-def _key_id(ns: str, key: str) -> str:
-    return key.removeprefix(f"membus:{ns}:m:")
-
-
-def _stored(ns: str, key: str, fields: dict[str, str]) -> StoredMemory:
-    distance = fields.pop("vector_distance", None)
-    fields["id"] = _key_id(ns, key)
-    return StoredMemory(fields, distance=float(distance) if distance is not None else None)
-
-
-def _is_connection_error(exc: BaseException) -> bool:
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError):
-            return True
-        if isinstance(seen, OSError | ConnectionError):
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False
-
-
-def _is_missing_index(exc: BaseException) -> bool:
-    # RediSearch reports a missing index as an ordinary error whose wording varies by
-    # version, so matching the message is the only way to tell it apart.
-    text = str(exc).lower()
-    return "no such index" in text or "unknown index" in text or "not found" in text
-
-
-@contextlib.asynccontextmanager
-async def redis_errors(on_lost: Callable[[], None] | None = None) -> AsyncIterator[None]:
-    """Turn 'Redis is down' into `unavailable`, so clients know a retry is safe."""
-    try:
-        yield
-    except (redis.exceptions.RedisError, RedisSearchError, OSError) as exc:
-        if _is_connection_error(exc):
-            log.warning("redis.unreachable", error=repr(exc))
-            if on_lost is not None:
-                on_lost()
-            raise Unavailable(
-                "The memory store (Redis) is unreachable right now; retry shortly."
-            ) from exc
-        raise
 
 
 class Store:
@@ -161,6 +76,9 @@ class Store:
         self._pending: dict[str, asyncio.Future[tuple[AsyncSearchIndex, NamespaceMeta]]] = {}
         self._fetch = client.register_script(FETCH_LUA)
         self._delete = client.register_script(DELETE_LUA)
+        self._add = client.register_script(ADD_LUA)
+        self._mention = client.register_script(MENTION_LUA)
+        self._update = client.register_script(UPDATE_LUA)
 
     async def namespace(self, ns: str) -> tuple[AsyncSearchIndex, NamespaceMeta]:
         """The namespace's index and meta, created on first use."""
@@ -214,14 +132,72 @@ class Store:
         # so after a lost connection every namespace is checked again on next use.
         return redis_errors(self._forget_all)
 
-    async def write(self, ns: str, fields: dict[str, Any], expires_ms: int) -> None:
-        key = record_key(ns, fields["id"])
+    async def add(
+        self, ns: str, fields: dict[str, Any], expires_ms: int, chash: str, now_ms: int
+    ) -> Repeat | None:
+        """Write a new memory, or, when its content hash is live already, count a mention of
+        that memory instead and describe it (one atomic script)."""
+        args: list[Any] = [now_ms, 0 if expires_ms == PERMANENT_MS else expires_ms]
+        args.append(record_key(ns, ""))
+        for key, value in fields.items():
+            args += [key, value]
+        keys = [dedup_prefix(ns) + chash if chash else "", record_key(ns, fields["id"])]
         async with self._guard():
-            pipe = self.client.pipeline(transaction=True)
-            pipe.hset(key, mapping=fields)
-            if expires_ms != PERMANENT_MS:
-                pipe.pexpireat(key, expires_ms)
-            await pipe.execute()
+            out = await self._add(keys=keys, args=args)
+        if len(out) == 1:
+            return None
+        mid, count, wf, importance, expires, agent, content, type_ = out
+        return Repeat(
+            id=text(mid),
+            mention_count=int(count),
+            workflow_id=text(wf) if wf else None,
+            importance=float(importance),
+            expires_ms=int(expires),
+            agent_id=text(agent) if agent else None,
+            content=text(content),
+            type=text(type_),
+        )
+
+    async def mention(self, ns: str, memory_id: str, now_ms: int) -> int | None:
+        """Count one more mention of a live memory; its new mention_count, or None."""
+        async with self._guard():
+            count = await self._mention(keys=[record_key(ns, memory_id)], args=[now_ms])
+        return int(count) if count else None
+
+    async def read(self, ns: str, memory_id: str, now_ms: int) -> dict[str, str] | None:
+        """A live memory's record fields, without counting an access."""
+        async with self._guard():
+            values = await self.client.hmget(record_key(ns, memory_id), [*RECORD_FIELDS, "chash"])
+        names = [*RECORD_FIELDS, "chash"]
+        fields = {f: text(v) for f, v in zip(names, values, strict=True) if v is not None}
+        if "id" not in fields or int(fields["expires_at"]) <= now_ms:
+            return None
+        return fields
+
+    async def update(
+        self,
+        ns: str,
+        memory_id: str,
+        changes: dict[str, Any],
+        *,
+        expiry: str,
+        old_chash: str,
+        new_chash: str,
+        now_ms: int,
+    ) -> bool:
+        """Apply changes to a live memory; False when it is gone. `expiry` is 'keep',
+        'persist' or epoch ms, applied to every key of the memory."""
+        keys = [
+            record_key(ns, memory_id),
+            access_key(ns, memory_id),
+            dedup_prefix(ns) + old_chash if old_chash else "",
+            dedup_prefix(ns) + new_chash if new_chash else "",
+        ]
+        args: list[Any] = [now_ms, expiry]
+        for key, value in changes.items():
+            args += [key, value]
+        async with self._guard():
+            return bool(await self._update(keys=keys, args=args))
 
     async def knn(
         self, ns: str, vector: np.ndarray, where: FilterExpression, k: int
@@ -237,7 +213,7 @@ class Store:
             hybrid_policy=await self._hybrid_policy(ns, index, where),
         )
         found = await self._search(ns, index, query)
-        return [_stored(ns, key, fields) for key, fields in found.docs]
+        return [stored(ns, key, fields) for key, fields in found.docs]
 
     async def _hybrid_policy(
         self, ns: str, index: AsyncSearchIndex, where: FilterExpression
@@ -281,7 +257,7 @@ class Store:
         )
         query.paging(offset, limit)
         result = await self._search(ns, index, query)
-        return result.total, [_stored(ns, key, fields) for key, fields in result.docs]
+        return result.total, [stored(ns, key, fields) for key, fields in result.docs]
 
     async def ids(self, ns: str, where: FilterExpression, limit: int) -> list[str]:
         """Ids of up to `limit` matching memories (no content loaded)."""
@@ -289,9 +265,43 @@ class Store:
         query = FilterQuery(filter_expression=where, num_results=limit)
         query.no_content()
         result = await self._search(ns, index, query)
-        return [_key_id(ns, key) for key, _ in result.docs]
+        return [key_id(ns, key) for key, _ in result.docs]
 
-    async def _search(self, ns: str, index: AsyncSearchIndex, query: Any) -> Found:
+    async def text(
+        self, ns: str, terms: list[str], where: FilterExpression, k: int
+    ) -> list[StoredMemory]:
+        """The k best full-text (BM25) matches of any of `terms` in content or tags."""
+        index, _ = await self.namespace(ns)
+        query = TextQuery(
+            text=" ".join(terms),
+            text_field_name={"content": 1.0, "tagtext": 1.0},
+            text_scorer="BM25STD",
+            filter_expression=where,
+            return_fields=list(CANDIDATE_FIELDS),
+            num_results=k,
+            stopwords=None,  # the caller removed them (redisvl's list would need nltk data)
+        )
+        found = await self._search(ns, index, query, with_scores=True)
+        return [stored(ns, key, fields) for key, fields in found.docs]
+
+    async def vectors(self, ns: str, ids: list[str]) -> dict[str, np.ndarray]:
+        """Stored embeddings by id (for text matches that the vector query did not return)."""
+        if not ids:
+            return {}
+        async with self._guard():
+            pipe = self.client.pipeline(transaction=False)
+            for mid in ids:
+                pipe.hget(record_key(ns, mid), "embedding")
+            raw = await pipe.execute()
+        return {
+            mid: np.frombuffer(blob, dtype=np.float32)
+            for mid, blob in zip(ids, raw, strict=True)
+            if blob
+        }
+
+    async def _search(
+        self, ns: str, index: AsyncSearchIndex, query: Any, with_scores: bool = False
+    ) -> Found:
         """Run a redisvl query as a raw FT.SEARCH: redis-py's own result objects cost more
         to build than the query takes in Redis."""
         args: list[Any] = [index.name, *query.query.get_args()]
@@ -301,14 +311,16 @@ class Store:
                 args += [key, value]
         async with self._guard():
             try:
-                return _parse_search(await self.client.execute_command("FT.SEARCH", *args))
+                raw = await self.client.execute_command("FT.SEARCH", *args)
+                return parse_search(raw, with_scores)
             except redis.exceptions.ResponseError as exc:
-                if not _is_missing_index(exc):
+                if not is_missing_index(exc):
                     raise
             # The index vanished under us (dropped or flushed): create it again, once.
             self.forget(ns)
             await self.namespace(ns)
-            return _parse_search(await self.client.execute_command("FT.SEARCH", *args))
+            raw = await self.client.execute_command("FT.SEARCH", *args)
+            return parse_search(raw, with_scores)
 
     async def aggregate(self, ns: str, where: FilterExpression) -> list[dict[str, Any]]:
         """Counts by (type, general), tag lists and created_at bounds: no content."""
@@ -328,7 +340,7 @@ class Store:
             try:
                 result = await index.aggregate(req)
             except RedisSearchError as exc:
-                if not _is_missing_index(exc) or _is_connection_error(exc):
+                if not is_missing_index(exc) or is_connection_error(exc):
                     raise
                 self.forget(ns)
                 index, _ = await self.namespace(ns)
@@ -337,9 +349,9 @@ class Store:
         for raw in result.rows:
             row: dict[str, Any] = {}
             for i in range(0, len(raw), 2):
-                name = _text(raw[i])
+                name = text(raw[i])
                 value = raw[i + 1]
-                row[name] = [_text(v) for v in value] if isinstance(value, list) else _text(value)
+                row[name] = [text(v) for v in value] if isinstance(value, list) else text(value)
             rows.append(row)
         return rows
 
@@ -347,7 +359,7 @@ class Store:
         """Live memories by id, in order (None where missing or expired), counting an access."""
         if not ids:
             return []
-        keys = _memory_keys(ns, ids)
+        keys = memory_keys(ns, ids)
         async with self._guard():
             rows = await self._fetch(keys=keys, args=[now_ms, *RECORD_FIELDS])
         found: list[StoredMemory | None] = []
@@ -357,7 +369,7 @@ class Store:
                 continue
             *values, count, last = row
             fields = {
-                f: _text(v) for f, v in zip(RECORD_FIELDS, values, strict=True) if v is not None
+                f: text(v) for f, v in zip(RECORD_FIELDS, values, strict=True) if v is not None
             }
             found.append(
                 StoredMemory(
@@ -374,14 +386,14 @@ class Store:
         """Delete live memories; (id, type, workflow_id, agent_id, content) of each, or None."""
         if not ids:
             return []
-        keys = _memory_keys(ns, ids)
+        keys = memory_keys(ns, ids)
         async with self._guard():
-            rows = await self._delete(keys=keys, args=[now_ms])
+            rows = await self._delete(keys=keys, args=[now_ms, dedup_prefix(ns)])
         out: list[tuple[str, str, str | None, str | None, str] | None] = []
         for row in rows:
             if not row:
                 out.append(None)
                 continue
-            mid, type_, wf, agent, content = (_text(v) if v else None for v in row)
+            mid, type_, wf, agent, content = (text(v) if v else None for v in row)
             out.append((mid or "", type_ or "", wf, agent, content or ""))
         return out

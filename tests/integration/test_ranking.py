@@ -52,10 +52,10 @@ async def direct(servers) -> AsyncIterator[tuple[operations.Deps, Clock]]:
 
 
 async def test_equal_similarity_ranks_higher_importance_first(wf123: AgentMemory) -> None:
-    low = await wf123.add("knowledge", "the deployment runbook", importance=0.1)
-    high = await wf123.add("knowledge", "the deployment runbook", importance=0.9)
+    low = await wf123.add("knowledge", "the deployment runbook", importance=0.1, dedup="none")
+    high = await wf123.add("knowledge", "the deployment runbook", importance=0.9, dedup="none")
 
-    hits = await wf123.search("deployment runbook")
+    hits = await wf123.search("deployment runbook", mode="vector")
 
     assert [h.id for h in hits.results] == [high.id, low.id]
     assert hits.results[0].similarity == pytest.approx(hits.results[1].similarity)
@@ -66,11 +66,14 @@ async def test_newer_memory_outranks_an_older_equal_one(
     direct: tuple[operations.Deps, Clock], ns: str
 ) -> None:
     deps, clock = direct
-    old = await operations.add(ns, AddRequest(type="knowledge", content="quarterly report"), deps)
+    req = AddRequest(type="knowledge", content="quarterly report", dedup="none")
+    old = await operations.add(ns, req, deps)
     clock.now = T0 + 15 * DAY_MS
-    new = await operations.add(ns, AddRequest(type="knowledge", content="quarterly report"), deps)
+    new = await operations.add(ns, req, deps)
 
-    reply = await operations.search(ns, SearchRequest(query="quarterly report"), deps)
+    reply = await operations.search(
+        ns, SearchRequest(query="quarterly report", mode="vector"), deps
+    )
 
     assert [r.id for r in reply.results] == [new.id, old.id]
     sim = reply.results[0].similarity
@@ -85,7 +88,8 @@ async def test_recency_reaches_zero_after_thirty_days(
     await operations.add(ns, AddRequest(type="knowledge", content="ancient note"), deps)
     clock.now = T0 + 45 * DAY_MS
 
-    [hit] = (await operations.search(ns, SearchRequest(query="ancient note"), deps)).results
+    query = SearchRequest(query="ancient note", mode="vector")
+    [hit] = (await operations.search(ns, query, deps)).results
 
     assert hit.score == pytest.approx(0.7 * hit.similarity + 0.15 * 0.6, abs=1e-4)
 
@@ -101,6 +105,7 @@ async def test_overfetch_lets_importance_lift_a_less_similar_memory(
     key = AddRequest(type="identity", content="alpha beta gamma delta epsilon", importance=1.0)
     important = await operations.add(ns, key, deps)
 
-    reply = await operations.search(ns, SearchRequest(query="alpha beta gamma", limit=1), deps)
+    query = SearchRequest(query="alpha beta gamma", limit=1, mode="vector")
+    reply = await operations.search(ns, query, deps)
 
     assert reply.results[0].id == important.id

@@ -55,6 +55,7 @@ def test_every_operation_has_a_request_class_derived_from_request() -> None:
         "get",
         "delete",
         "clear_by_type",
+        "update",
     }
     assert all(issubclass(cls, Request) for cls in REQUEST_TYPES.values())
 

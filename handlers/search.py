@@ -1,0 +1,129 @@
+"""The one search code path: vector, full-text (BM25) and hybrid candidates, fused, then
+ranked with importance and recency, cut by `min_score`, `limit` and `max_tokens`."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from contracts.messages import ScoredMemory, SearchReply, SearchRequest
+from handlers import ranking
+from handlers.deps import Deps, check_types, query_vector
+from handlers.records import dt_to_ms, fits_budget, to_scored
+from handlers.schema import read_filter
+from handlers.scoping import read_scope
+from handlers.stopwords import STOPWORDS
+from handlers.store import StoredMemory
+
+RRF_K = 60
+_WORD_RE = re.compile(r"\w+", re.UNICODE)
+
+
+def query_terms(text: str) -> list[str]:
+    """Lower-cased words of a query, stopwords removed, first occurrence kept."""
+    words = [w for w in _WORD_RE.findall(text.lower()) if w not in STOPWORDS]
+    return list(dict.fromkeys(words))
+
+
+def fuse_linear(cos: float, text: float, alpha: float) -> float:
+    """Weighted fusion of cosine (0..1) and max-normalised BM25 (0..1)."""
+    return alpha * cos + (1.0 - alpha) * text
+
+
+def rrf(ranks: list[int | None], k: int = RRF_K) -> float:
+    """Reciprocal-rank fusion of 1-based ranks (None: absent from that list)."""
+    return sum(1.0 / (k + r) for r in ranks if r is not None)
+
+
+def _cosine(query: np.ndarray, vec: np.ndarray) -> float:
+    denom = float(np.linalg.norm(query) * np.linalg.norm(vec))
+    return float(np.dot(query, vec)) / denom if denom else 0.0
+
+
+async def search(ns: str, req: SearchRequest, deps: Deps) -> SearchReply:
+    check_types(deps.types, req.types)
+    mode = req.mode or deps.default_mode
+    terms = query_terms(req.query or "")
+    if mode != "vector" and not terms and req.embedding is not None:
+        mode = "vector"  # nothing to match as text: an embedding-only query
+    now = deps.clock()
+    # Expiry is checked on the candidates below, not in the queries' filter: a numeric range
+    # over every document slows RediSearch's hybrid KNN down.
+    where = read_filter(
+        None,
+        read_scope(req.scope, req.workflow_id),
+        types=req.types,
+        tags=req.tags,
+        since_ms=dt_to_ms(req.since) if req.since else None,
+        until_ms=dt_to_ms(req.until) if req.until else None,
+    )
+    k = ranking.overfetch(req.limit)
+    pool: dict[str, StoredMemory] = {}
+    cosines: dict[str, float] = {}
+    vec_rank: dict[str, int] = {}
+    text_rank: dict[str, int] = {}
+    texts: dict[str, float] = {}
+    vec: np.ndarray | None = None
+    if mode != "text":
+        _, meta = await deps.store.namespace(ns)
+        vec = await query_vector(ns, meta, req.query, req.embedding, deps)
+        for i, m in enumerate(await deps.store.knn(ns, vec, where, k), 1):
+            pool[m.id] = m
+            cosines[m.id] = ranking.similarity(m.distance or 0.0)
+            vec_rank[m.id] = i
+    if mode != "vector" and terms:
+        matches = await deps.store.text(ns, terms, where, k)
+        top = max((m.text_score or 0.0 for m in matches), default=0.0)
+        for i, m in enumerate(matches, 1):
+            pool.setdefault(m.id, m)
+            texts[m.id] = (m.text_score or 0.0) / top if top > 0 else 0.0
+            text_rank[m.id] = i
+        if vec is not None:
+            # Text matches the vector query missed still get their true cosine.
+            extra = [mid for mid in text_rank if mid not in cosines]
+            for mid, stored in (await deps.store.vectors(ns, extra)).items():
+                cosines[mid] = max(0.0, min(1.0, _cosine(vec, stored)))
+
+    ranked = []
+    for mid, m in pool.items():
+        if int(m.fields["expires_at"]) <= now:
+            continue
+        cos, txt = cosines.get(mid, 0.0), texts.get(mid, 0.0)
+        if mode == "vector":
+            relevance = cos
+        elif mode == "text":
+            relevance = txt
+        elif deps.fusion == "rrf":
+            # Scaled so that rank 1 in both lists gives 1.0, like the other relevances.
+            relevance = rrf([vec_rank.get(mid), text_rank.get(mid)]) / rrf([1, 1])
+        else:
+            relevance = fuse_linear(cos, txt, deps.hybrid_alpha)
+        total = ranking.score(
+            relevance,
+            float(m.fields["importance"]),
+            int(m.fields["created_at"]),
+            now,
+            deps.weights,
+            int(m.fields.get("mention_count", 1)),
+        )
+        if req.min_score is None or total >= req.min_score:
+            ranked.append((total, relevance, int(m.fields["created_at"]), mid, cos, txt))
+    ranked.sort(key=lambda r: (r[0], r[1], r[2]), reverse=True)
+
+    results: list[ScoredMemory] = []
+    spent = 0
+    # Only the winners' records are read (and counted as accessed); one that vanished since
+    # the candidate queries (deleted, expired) gives its place to the next candidate.
+    while ranked and len(results) < req.limit:
+        want = req.limit - len(results)
+        batch, ranked = ranked[:want], ranked[want:]
+        records = await deps.store.fetch(ns, [r[3] for r in batch], now)
+        for (total, _, _, _, cos, txt), rec in zip(batch, records, strict=True):
+            if rec is None:
+                continue
+            fits, spent = fits_budget(rec.fields.get("content", ""), spent, req.max_tokens)
+            if not fits and results:
+                return SearchReply(results=results, mode=mode)  # type: ignore[arg-type]
+            results.append(to_scored(rec, total, cos, txt))
+    return SearchReply(results=results, mode=mode)  # type: ignore[arg-type]
