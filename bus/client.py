@@ -276,6 +276,7 @@ class AgentMemory:
         until: datetime | None = None,
         embedding: Sequence[float] | None = None,
         mode: Literal["vector", "text", "hybrid"] | None = None,
+        fusion: Literal["linear", "rrf"] | None = None,
         max_tokens: int | None = None,
     ) -> SearchReply:
         req = _build(
@@ -291,6 +292,7 @@ class AgentMemory:
             until=until,
             embedding=list(embedding) if embedding is not None else None,
             mode=mode,
+            fusion=fusion,
             max_tokens=max_tokens,
         )
         return await self._bus.request("search", req, SearchReply)

@@ -113,6 +113,8 @@ class SearchRequest(Request, kw_only=True):
     embedding: Embedding | None = None
     # None: the configured default (see docs/protocol.md for how it was chosen).
     mode: SearchMode | None = None
+    # How hybrid mode fuses its two signals; None: the configured default.
+    fusion: Literal["linear", "rrf"] | None = None
     # Stop adding results once their estimated tokens would pass this budget (always >= 1).
     max_tokens: MaxTokens | None = None
 

@@ -40,7 +40,7 @@ class Deps:
     # The search mode used when a request names none, and how hybrid fuses its two signals.
     default_mode: str = "hybrid"
     fusion: str = "linear"
-    hybrid_alpha: float = 0.7
+    hybrid_alpha: float = 0.9
 
 
 # --------------------------------------------------------------------------- checks

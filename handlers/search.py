@@ -94,7 +94,7 @@ async def search(ns: str, req: SearchRequest, deps: Deps) -> SearchReply:
             relevance = cos
         elif mode == "text":
             relevance = txt
-        elif deps.fusion == "rrf":
+        elif (req.fusion or deps.fusion) == "rrf":
             # Scaled so that rank 1 in both lists gives 1.0, like the other relevances.
             relevance = rrf([vec_rank.get(mid), text_rank.get(mid)]) / rrf([1, 1])
         else:

@@ -16,12 +16,13 @@ from nats.micro.request import Request as MicroRequest
 from nats.micro.service import Endpoint, Service
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
+from redisvl.extensions.cache.embeddings import EmbeddingsCache
 
 from contracts.subjects import OPERATIONS, QUEUE_GROUP, SERVICE_NAME, endpoint_subject
 from handlers import __version__
 from handlers.deps import Deps
 from handlers.dispatch import dispatch
-from handlers.embedders import Embedder, build_embedder
+from handlers.embedders import CachedEmbedder, Embedder, build_embedder
 from handlers.logs import configure_logging
 from handlers.settings import Settings, SettingsError, load_settings
 from handlers.store import Store
@@ -127,14 +128,31 @@ async def _connect_or_stop(url: str, stop: asyncio.Event) -> nats.NATS | None:
     return None
 
 
+def make_embedder(settings: Settings, client: aioredis.Redis) -> Embedder:
+    embedder: Embedder = build_embedder(
+        settings.embedder,
+        hash_dimension=settings.hash_dimension,
+        openai_base_url=settings.openai_base_url,
+        openai_model=settings.openai_model,
+        openai_api_key=settings.openai_api_key,
+    )
+    if settings.embed_cache and embedder.name != "hash":
+        cache = EmbeddingsCache(
+            name="membus:embcache", ttl=settings.embed_cache_ttl_s, async_redis_client=client
+        )
+        embedder = CachedEmbedder(embedder, cache)
+    return embedder
+
+
 async def serve(settings: Settings, stop: asyncio.Event) -> None:
-    embedder: Embedder = build_embedder(settings.embedder, hash_dimension=settings.hash_dimension)
+    client = redis_client(settings.redis_url)
+    embedder = make_embedder(settings, client)
     nc = await _connect_or_stop(settings.nats_url, stop)
     if nc is None:
         await embedder.close()
+        await client.aclose()
         log.info("service.stopped", reason="stopped before NATS answered")
         return
-    client = redis_client(settings.redis_url)
     deps = Deps(
         store=Store(client, embedder.name, embedder.dimension),
         embedder=embedder,

@@ -32,8 +32,14 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     drain_timeout_s: float = 10.0
     search_mode: str = "hybrid"
     fusion: str = "linear"
-    hybrid_alpha: float = 0.7
+    hybrid_alpha: float = 0.9
     dedup_threshold: float = 0.95
+    openai_base_url: str | None = None
+    openai_model: str = "text-embedding-3-small"
+    openai_api_key: str | None = None
+    # Cache embeddings in Redis (minilm, openai; hash is cheaper to compute than to fetch).
+    embed_cache: bool = True
+    embed_cache_ttl_s: int = 30 * 24 * 3600
     log_level: str = "info"
 
 
@@ -55,8 +61,8 @@ def _number(env: Mapping[str, str], name: str, default: float, *, minimum: float
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     env = os.environ if env is None else env
     embedder = env.get("MEMBUS_EMBEDDER") or ("minilm" if minilm_available() else "hash")
-    if embedder not in ("hash", "minilm"):
-        raise SettingsError(f"MEMBUS_EMBEDDER={embedder!r}: use 'hash' or 'minilm'")
+    if embedder not in ("hash", "minilm", "openai"):
+        raise SettingsError(f"MEMBUS_EMBEDDER={embedder!r}: use 'hash', 'minilm' or 'openai'")
     types = dict(DEFAULT_TYPES)
     if path := env.get("MEMBUS_TYPES_FILE"):
         try:
@@ -76,7 +82,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     fusion = env.get("MEMBUS_HYBRID_FUSION") or "linear"
     if fusion not in ("linear", "rrf"):
         raise SettingsError(f"MEMBUS_HYBRID_FUSION={fusion!r}: use 'linear' or 'rrf'")
-    alpha = _number(env, "MEMBUS_HYBRID_ALPHA", 0.7, minimum=0)
+    alpha = _number(env, "MEMBUS_HYBRID_ALPHA", 0.9, minimum=0)
     threshold = _number(env, "MEMBUS_DEDUP_THRESHOLD", 0.95, minimum=0.01)
     if alpha > 1 or threshold > 1:
         raise SettingsError("MEMBUS_HYBRID_ALPHA and MEMBUS_DEDUP_THRESHOLD must be at most 1")
@@ -94,4 +100,9 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         fusion=fusion,
         hybrid_alpha=alpha,
         dedup_threshold=threshold,
+        openai_base_url=env.get("MEMBUS_OPENAI_BASE_URL") or None,
+        openai_model=env.get("MEMBUS_OPENAI_MODEL") or "text-embedding-3-small",
+        openai_api_key=env.get("MEMBUS_OPENAI_API_KEY") or env.get("OPENAI_API_KEY") or None,
+        embed_cache=(env.get("MEMBUS_EMBED_CACHE") or "1") not in ("0", "false", "no", "off"),
+        embed_cache_ttl_s=int(_number(env, "MEMBUS_EMBED_CACHE_TTL_S", 30 * 24 * 3600, minimum=1)),
     )
