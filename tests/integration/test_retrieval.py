@@ -1,0 +1,249 @@
+"""Retrieval features on real servers: update, dedup, search modes and token budgets."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+import pytest
+import redis.asyncio as aioredis
+
+from bus import AgentMemory, InvalidRequest, MemoryBus, NotFound
+
+DIM = 384
+
+
+def unit(*pairs: tuple[int, float]) -> list[float]:
+    """A 384-dim vector with the given (axis, value) parts."""
+    vec = [0.0] * DIM
+    for axis, value in pairs:
+        vec[axis] = value
+    return vec
+
+
+# --------------------------------------------------------------------------- update
+
+
+async def test_update_content_re_embeds_and_keeps_created_at_and_ttl(
+    wf123: AgentMemory, rds: aioredis.Redis, ns: str
+) -> None:
+    added = await wf123.add("context", "walrus habitat notes", ttl_s=600)
+    before = (await wf123.get([added.id])).memories[0]
+    ttl_before = await rds.pexpiretime(f"membus:{ns}:m:{added.id}")
+
+    reply = await wf123.update(added.id, content="penguin colony census")
+
+    after = (await wf123.get([added.id])).memories[0]
+    assert after.content == "penguin colony census"
+    assert after.created_at == before.created_at
+    assert after.updated_at > before.updated_at
+    assert reply.updated_at == after.updated_at
+    assert after.expires_at == before.expires_at == reply.expires_at
+    assert await rds.pexpiretime(f"membus:{ns}:m:{added.id}") == ttl_before
+    found = await wf123.search("penguin colony", mode="vector", limit=1)
+    assert found.results[0].id == added.id
+    assert found.results[0].similarity > 0.5
+    stale = await wf123.search("walrus habitat", mode="vector", limit=1)
+    assert stale.results[0].similarity == pytest.approx(0.0, abs=1e-6)
+
+
+async def test_update_ttl_reapplies_expiry_to_every_key(
+    wf123: AgentMemory, rds: aioredis.Redis, ns: str
+) -> None:
+    added = await wf123.add("knowledge", "renewable fact")
+    await wf123.get([added.id])  # creates the access key
+    dedup_keys = [k async for k in rds.scan_iter(f"membus:{ns}:h:*")]
+    assert len(dedup_keys) == 1
+
+    reply = await wf123.update(added.id, ttl_s=120)
+
+    assert reply.expires_at is not None
+    expected = int(reply.expires_at.timestamp() * 1000)
+    for key in (f"membus:{ns}:m:{added.id}", f"membus:{ns}:a:{added.id}", dedup_keys[0]):
+        assert await rds.pexpiretime(key) == expected
+
+    permanent = await wf123.update(added.id, ttl_s=0)
+
+    assert permanent.expires_at is None
+    for key in (f"membus:{ns}:m:{added.id}", f"membus:{ns}:a:{added.id}", dedup_keys[0]):
+        assert await rds.pexpiretime(key) == -1
+    assert (await wf123.get([added.id])).memories[0].expires_at is None
+
+
+async def test_update_tags_and_importance_and_publishes_updated(
+    bus: MemoryBus, wf123: AgentMemory
+) -> None:
+    added = await wf123.add("decision", "use blue buttons", tags=["ui"])
+    events = await bus.subscribe("wf_123", action="updated")
+
+    await wf123.update(added.id, tags=["UI", "Design"], importance=0.95)
+
+    ev = await events.next()
+    got = (await wf123.get([added.id])).memories[0]
+    assert (ev.id, ev.action, ev.type) == (added.id, "updated", "decision")
+    assert got.tags == ["ui", "design"]
+    assert got.importance == pytest.approx(0.95)
+    assert [m.id for m in (await wf123.list(tags=["design"])).memories] == [added.id]
+    await events.close()
+
+
+async def test_update_of_an_unknown_id_is_not_found_with_a_hint(wf123: AgentMemory) -> None:
+    with pytest.raises(NotFound) as err:
+        await wf123.update("01UNKNOWN", content="x")
+    assert "list" in err.value.message
+    with pytest.raises(InvalidRequest):
+        await wf123.update("01UNKNOWN")  # changes nothing
+
+
+# --------------------------------------------------------------------------- dedup
+
+
+async def test_exact_repeat_bumps_mention_count_instead_of_adding(
+    bus: MemoryBus, wf123: AgentMemory
+) -> None:
+    first = await wf123.add("knowledge", "The API rate limit is 100 requests per minute")
+    events = await bus.subscribe(general=True)
+
+    again = await wf123.add("knowledge", "  the api RATE limit is 100 requests   per minute ")
+
+    assert again.id == first.id
+    assert again.duplicate_of == first.id
+    assert again.mention_count == 2
+    ev = await events.next()
+    assert (ev.action, ev.id) == ("updated", first.id)
+    [m] = (await wf123.list()).memories
+    assert m.mention_count == 2
+    assert m.updated_at > m.created_at
+    await events.close()
+
+
+async def test_dedup_is_per_type_and_scope_and_can_be_turned_off(
+    wf123: AgentMemory, wf456: AgentMemory
+) -> None:
+    a = await wf123.add("decision", "ship on friday")
+    b = await wf456.add("decision", "ship on friday")  # another workflow
+    c = await wf123.add("event", "ship on friday")  # another type
+    d = await wf123.add("decision", "ship on friday", dedup="none")
+
+    assert len({a.id, b.id, c.id, d.id}) == 4
+    assert all(r.duplicate_of is None for r in (a, b, c, d))
+
+
+async def test_deleting_a_memory_frees_its_content_for_a_new_add(wf123: AgentMemory) -> None:
+    a = await wf123.add("knowledge", "ephemeral duplicate")
+    await wf123.delete([a.id])
+
+    b = await wf123.add("knowledge", "ephemeral duplicate")
+
+    assert b.id != a.id
+    assert b.duplicate_of is None
+
+
+async def test_concurrent_identical_adds_leave_one_record(wf123: AgentMemory) -> None:
+    # Two handler processes serve these concurrently; the check-and-write is one Lua step.
+    replies = await asyncio.gather(
+        *(wf123.add("knowledge", "race condition content") for _ in range(40))
+    )
+
+    ids = {r.id for r in replies}
+    listed = await wf123.list()
+    assert len(ids) == 1
+    assert listed.total == 1
+    assert listed.memories[0].mention_count == 40
+    assert sorted(r.mention_count for r in replies) == list(range(1, 41))
+
+
+async def test_semantic_dedup_folds_near_duplicates_above_the_threshold(
+    wf123: AgentMemory,
+) -> None:
+    base = await wf123.add("knowledge", "vector one", embedding=unit((0, 1.0)))
+    near = unit((0, 0.99), (1, math.sqrt(1 - 0.99**2)))
+    far = unit((0, 0.80), (1, 0.60))
+
+    folded = await wf123.add("knowledge", "vector one again", embedding=near, dedup="semantic")
+    kept = await wf123.add("knowledge", "vector two", embedding=far, dedup="semantic")
+    strict = await wf123.add(
+        "knowledge", "vector three", embedding=near, dedup="semantic", dedup_threshold=0.999
+    )
+
+    assert folded.duplicate_of == base.id
+    assert folded.mention_count == 2
+    assert kept.duplicate_of is None
+    assert strict.duplicate_of is None
+
+
+# --------------------------------------------------------------------------- search modes
+
+
+async def test_hybrid_finds_an_exact_keyword_that_vector_alone_misses(
+    wf123: AgentMemory,
+) -> None:
+    query = unit((0, 1.0))
+    target = await wf123.add(
+        "knowledge", "Invoice 88231 was paid late", embedding=unit((0, 0.5), (1, math.sqrt(0.75)))
+    )
+    for i in range(3):
+        vec = unit((0, 0.55), (2 + i, math.sqrt(1 - 0.55**2)))
+        await wf123.add("knowledge", f"unrelated note number {i}", embedding=vec)
+
+    vector = await wf123.search("invoice 88231", embedding=query, mode="vector", limit=1)
+    hybrid = await wf123.search("invoice 88231", embedding=query, mode="hybrid", limit=1)
+    text = await wf123.search("invoice 88231", mode="text", limit=1)
+
+    assert vector.results[0].id != target.id
+    assert hybrid.results[0].id == target.id
+    assert hybrid.mode == "hybrid"
+    assert hybrid.results[0].similarity == pytest.approx(0.5, abs=1e-4)
+    assert hybrid.results[0].text_score == pytest.approx(1.0)
+    assert text.results[0].id == target.id
+    assert text.results[0].similarity == 0.0
+
+
+async def test_text_mode_matches_tags_and_needs_no_vectors(wf123: AgentMemory) -> None:
+    tagged = await wf123.add("knowledge", "plain words only", tags=["kubernetes"])
+    await wf123.add("knowledge", "other plain words")
+
+    hits = await wf123.search("kubernetes", mode="text")
+
+    assert [h.id for h in hits.results] == [tagged.id]
+
+
+async def test_rrf_fusion_is_available_per_request(wf123: AgentMemory) -> None:
+    a = await wf123.add("knowledge", "solar panels on the roof")
+    hits = await wf123.search("solar roof", mode="hybrid", fusion="rrf", limit=1)
+    assert hits.results[0].id == a.id
+
+
+async def test_default_mode_is_hybrid(wf123: AgentMemory) -> None:
+    await wf123.add("knowledge", "anything at all")
+    assert (await wf123.search("anything")).mode == "hybrid"
+
+
+# --------------------------------------------------------------------------- token budgets
+
+
+async def test_max_tokens_cuts_search_results_but_keeps_at_least_one(
+    wf123: AgentMemory,
+) -> None:
+    for i in range(5):
+        await wf123.add("knowledge", f"budget item {i} " + "x" * 80)  # ~24 tokens each
+
+    full = await wf123.search("budget item", limit=5)
+    cut = await wf123.search("budget item", limit=5, max_tokens=50)
+    tiny = await wf123.search("budget item", limit=5, max_tokens=1)
+
+    assert len(full.results) == 5
+    assert len(cut.results) == 2
+    assert [h.id for h in cut.results] == [h.id for h in full.results[:2]]
+    assert len(tiny.results) == 1
+
+
+async def test_max_tokens_cuts_list_pages(wf123: AgentMemory) -> None:
+    for i in range(4):
+        await wf123.add("knowledge", f"listed {i} " + "y" * 150)  # ~40 tokens each
+
+    full = await wf123.list(max_tokens=100)
+    compact = await wf123.list(mode="compact", max_tokens=100)
+
+    assert (full.count, full.total) == (2, 4)
+    assert compact.count == 3  # previews are 100 characters plus "...": 26 tokens each
