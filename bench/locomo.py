@@ -132,6 +132,7 @@ async def run(embedder: str, files: list[Path], alpha: str | None) -> None:
         n_q = len(next(iter(results.values())))
         print(f"\nembedder {embedder}: {n_facts} memories from {len(files)} conversations,")
         print(f"  ingest {n_facts / ingest_s:,.0f} memories/s; {n_q} questions (categories 1-4)")
+        print("  (query embeddings are cached in Redis after the first mode, as in service)")
         print(f"{'mode':<16}{'R@1':>7}{'R@5':>7}{'R@10':>7}{'MRR@10':>8}{'p50 ms':>9}{'p99 ms':>9}")
         for (mode, fusion), ranks in results.items():
             r1, r5, r10, mrr = summary(ranks)
