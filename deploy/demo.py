@@ -34,6 +34,9 @@ async def run_demo(nats_url: str, namespace: str = "demo") -> None:
             "user_pref", "The user prefers concise answers with code examples"
         )
         print(f"  user_pref -> {pref.id} stored as general (workflow_id={pref.workflow_id})")
+        if pref.duplicate_of:
+            # The bus keeps its data between runs: a repeat is counted, not stored twice.
+            print(f"               already known: mentioned {pref.mention_count} times now")
         dec = await researcher.add(
             "decision", "Team decision: use PostgreSQL for every new service", scope="general"
         )
