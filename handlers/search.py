@@ -21,9 +21,11 @@ _WORD_RE = re.compile(r"\w+", re.UNICODE)
 
 
 def query_terms(text: str) -> list[str]:
-    """Lower-cased words of a query, stopwords removed, first occurrence kept."""
-    words = [w for w in _WORD_RE.findall(text.lower()) if w not in STOPWORDS]
-    return list(dict.fromkeys(words))
+    """Lower-cased words of a query, stopwords removed (unless that leaves none), first
+    occurrence kept."""
+    words = _WORD_RE.findall(text.lower())
+    kept = [w for w in words if w not in STOPWORDS] or words
+    return list(dict.fromkeys(kept))
 
 
 def fuse_linear(cos: float, text: float, alpha: float) -> float:

@@ -43,7 +43,7 @@ def content_hash(type_: str, workflow_id: str | None, content: str) -> str:
     return hashlib.sha256(raw).hexdigest()[:32]
 
 
-def _repeat_reply(ns: str, rep: Repeat) -> AddReply:
+def _repeat_reply(rep: Repeat) -> AddReply:
     return AddReply(
         id=rep.id,
         workflow_id=rep.workflow_id,
@@ -66,7 +66,7 @@ async def _announce_repeat(ns: str, rep: Repeat, deps: Deps, now: int) -> AddRep
         content=rep.content,
         at_ms=now,
     )
-    return _repeat_reply(ns, rep)
+    return _repeat_reply(rep)
 
 
 async def _near_duplicate(

@@ -134,3 +134,25 @@ def test_similarity_dominates_importance_and_recency() -> None:
 @pytest.mark.parametrize(("limit", "expected"), [(1, 50), (10, 50), (11, 55), (100, 500)])
 def test_overfetch_is_max_of_five_times_limit_and_50(limit: int, expected: int) -> None:
     assert overfetch(limit) == expected
+
+
+def test_query_terms_drop_stopwords_but_never_every_word() -> None:
+    from handlers.search import query_terms
+
+    assert query_terms("When did Caroline go to the LGBTQ support group?") == [
+        "caroline",
+        "go",
+        "lgbtq",
+        "support",
+        "group",
+    ]
+    assert query_terms("what is it") == ["what", "is", "it"]
+    assert query_terms("Tea, tea and TEA") == ["tea"]
+
+
+def test_linear_fusion_and_rrf() -> None:
+    from handlers.search import fuse_linear, rrf
+
+    assert fuse_linear(0.5, 1.0, 0.9) == 0.55
+    assert rrf([1, 1]) == 2 / 61
+    assert rrf([None, 3]) == 1 / 63
