@@ -153,6 +153,6 @@ def test_query_terms_drop_stopwords_but_never_every_word() -> None:
 def test_linear_fusion_and_rrf() -> None:
     from handlers.search import fuse_linear, rrf
 
-    assert fuse_linear(0.5, 1.0, 0.9) == 0.55
-    assert rrf([1, 1]) == 2 / 61
-    assert rrf([None, 3]) == 1 / 63
+    assert fuse_linear(0.5, 1.0, 0.9) == pytest.approx(0.55)
+    assert rrf([1, 1]) == pytest.approx(2 / 61)
+    assert rrf([None, 3]) == pytest.approx(1 / 63)
