@@ -75,6 +75,42 @@ CASES = [
         "add", _add(importance=1.5), "invalid_request", "importance", id="importance-out-of-range"
     ),
     pytest.param("add", _add(ttl_s=-1), "invalid_request", "ttl_s", id="negative-ttl"),
+    pytest.param("add", _add(dedup="fuzzy"), "invalid_request", "dedup", id="unknown-dedup"),
+    pytest.param(
+        "search",
+        b'{"query": "x", "mode": "magic"}',
+        "invalid_request",
+        "mode",
+        id="unknown-search-mode",
+    ),
+    pytest.param(
+        "search",
+        b'{"query": "x", "max_tokens": 0}',
+        "invalid_request",
+        "max_tokens",
+        id="zero-token-budget",
+    ),
+    pytest.param(
+        "update",
+        b'{"id": "01X"}',
+        "invalid_request",
+        "changes nothing",
+        id="update-without-changes",
+    ),
+    pytest.param(
+        "update",
+        b'{"id": "01X", "contents": "y"}',
+        "invalid_request",
+        'Did you mean "content"',
+        id="update-misspelled-field",
+    ),
+    pytest.param(
+        "update",
+        b'{"id": "01X", "content": ""}',
+        "invalid_request",
+        "content",
+        id="update-empty-content",
+    ),
 ]
 
 
