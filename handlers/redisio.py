@@ -89,6 +89,15 @@ def parse_search(raw: Any, with_scores: bool = False) -> Found:
     return Found(total, docs)
 
 
+def parse_row(raw: list[Any]) -> dict[str, Any]:
+    """One FT.AGGREGATE row: alternating names and values (a value may be a list)."""
+    row: dict[str, Any] = {}
+    for i in range(0, len(raw), 2):
+        value = raw[i + 1]
+        row[text(raw[i])] = [text(v) for v in value] if isinstance(value, list) else text(value)
+    return row
+
+
 def memory_keys(ns: str, ids: list[str]) -> list[str]:
     """Record and access key of each memory, interleaved, as the Lua scripts take them."""
     keys: list[str] = []

@@ -1,24 +1,26 @@
 """Lua scripts that make multi-key reads and writes of a memory atomic in Redis."""
 
-# Read live memories and count this access, in one round trip. ARGV[1] is now (ms), ARGV[2..]
-# the record fields to return, `expires_at` first. Each result is false (missing or expired)
-# or the field values followed by the access counters as they were before this access. The
-# access hash inherits the record's expiry; checking the record first keeps a bump from
-# resurrecting a deleted memory as a stray key.
+# Read live memories and (when ARGV[2] is '1') count this access, in one round trip. ARGV[1]
+# is now (ms), ARGV[3..] the record fields to return, `expires_at` first. Each result is
+# false (missing or expired) or the field values followed by the access counters as they were
+# before this access. The access hash inherits the record's expiry; checking the record first
+# keeps a bump from resurrecting a deleted memory as a stray key.
 FETCH_LUA = """
 local out = {}
 local now = tonumber(ARGV[1])
 local fields = {}
-for j = 2, #ARGV do fields[#fields + 1] = ARGV[j] end
+for j = 3, #ARGV do fields[#fields + 1] = ARGV[j] end
 for i = 1, #KEYS, 2 do
   local rec, acc = KEYS[i], KEYS[i + 1]
   local vals = redis.call('HMGET', rec, unpack(fields))
   if vals[1] and tonumber(vals[1]) > now then
     local old = redis.call('HMGET', acc, 'access_count', 'last_accessed_at')
-    redis.call('HINCRBY', acc, 'access_count', 1)
-    redis.call('HSET', acc, 'last_accessed_at', ARGV[1])
-    local t = redis.call('PEXPIRETIME', rec)
-    if t > 0 then redis.call('PEXPIREAT', acc, t) end
+    if ARGV[2] == '1' then
+      redis.call('HINCRBY', acc, 'access_count', 1)
+      redis.call('HSET', acc, 'last_accessed_at', ARGV[1])
+      local t = redis.call('PEXPIRETIME', rec)
+      if t > 0 then redis.call('PEXPIREAT', acc, t) end
+    end
     vals[#fields + 1] = old[1]
     vals[#fields + 2] = old[2]
     out[#out + 1] = vals

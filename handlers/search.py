@@ -3,7 +3,9 @@ ranked with importance and recency, cut by `min_score`, `limit` and `max_tokens`
 
 from __future__ import annotations
 
+import asyncio
 import re
+from typing import Any
 
 import numpy as np
 
@@ -70,12 +72,16 @@ async def search(ns: str, req: SearchRequest, deps: Deps) -> SearchReply:
     if mode != "text":
         _, meta = await deps.store.namespace(ns)
         vec = await query_vector(ns, meta, req.query, req.embedding, deps)
-        for i, m in enumerate(await deps.store.knn(ns, vec, where, k), 1):
-            pool[m.id] = m
-            cosines[m.id] = ranking.similarity(m.distance or 0.0)
-            vec_rank[m.id] = i
-    if mode != "vector" and terms:
-        matches = await deps.store.text(ns, terms, where, k)
+    # The vector and full-text queries run side by side.
+    nearest, matches = await asyncio.gather(
+        deps.store.knn(ns, vec, where, k) if vec is not None else _nothing(),
+        deps.store.text(ns, terms, where, k) if mode != "vector" and terms else _nothing(),
+    )
+    for i, m in enumerate(nearest, 1):
+        pool[m.id] = m
+        cosines[m.id] = ranking.similarity(m.distance or 0.0)
+        vec_rank[m.id] = i
+    if matches:
         top = max((m.text_score or 0.0 for m in matches), default=0.0)
         for i, m in enumerate(matches, 1):
             pool.setdefault(m.id, m)
@@ -113,19 +119,37 @@ async def search(ns: str, req: SearchRequest, deps: Deps) -> SearchReply:
             ranked.append((total, relevance, int(m.fields["created_at"]), mid, cos, txt))
     ranked.sort(key=lambda r: (r[0], r[1], r[2]), reverse=True)
 
+    results = await _winners(ns, req, deps, ranked, now)
+    return SearchReply(results=results, mode=mode)  # type: ignore[arg-type]
+
+
+async def _nothing() -> list[StoredMemory]:
+    return []
+
+
+async def _winners(
+    ns: str, req: SearchRequest, deps: Deps, ranked: list[tuple[Any, ...]], now: int
+) -> list[ScoredMemory]:
+    """Read the best candidates' records until `limit` (or the token budget) is reached. Only
+    returned memories count as accessed; one that vanished since the candidate queries
+    (deleted, expired) gives its place to the next candidate."""
+    budget = req.max_tokens
     results: list[ScoredMemory] = []
     spent = 0
-    # Only the winners' records are read (and counted as accessed); one that vanished since
-    # the candidate queries (deleted, expired) gives its place to the next candidate.
     while ranked and len(results) < req.limit:
         want = req.limit - len(results)
         batch, ranked = ranked[:want], ranked[want:]
-        records = await deps.store.fetch(ns, [r[3] for r in batch], now)
+        # With a budget, which records fit is known only after reading them: count the
+        # access afterwards, for those returned.
+        records = await deps.store.fetch(ns, [r[3] for r in batch], now, budget is None)
         for (total, _, _, _, cos, txt), rec in zip(batch, records, strict=True):
             if rec is None:
                 continue
-            fits, spent = fits_budget(rec.fields.get("content", ""), spent, req.max_tokens)
+            fits, spent = fits_budget(rec.fields.get("content", ""), spent, budget)
             if not fits and results:
-                return SearchReply(results=results, mode=mode)  # type: ignore[arg-type]
+                ranked = []
+                break
             results.append(to_scored(rec, total, cos, txt))
-    return SearchReply(results=results, mode=mode)  # type: ignore[arg-type]
+    if budget is not None:
+        await deps.store.touch(ns, [r.id for r in results], now)
+    return results

@@ -17,16 +17,15 @@ import numpy as np
 import redis.asyncio as aioredis
 import redis.exceptions
 import structlog
+from redis.commands.search import reducers
 from redis.commands.search.aggregation import AggregateRequest
-from redis.commands.search.reducers import count, tolist
-from redis.commands.search.reducers import max as rmax
-from redis.commands.search.reducers import min as rmin
 from redisvl.exceptions import RedisSearchError
 from redisvl.index import AsyncSearchIndex
 from redisvl.query import CountQuery, FilterQuery, TextQuery, VectorQuery
 from redisvl.query.filter import FilterExpression
 from redisvl.schema import IndexSchema
 
+from handlers.policy import HybridPolicy
 from handlers.redisio import (
     Found,
     Repeat,
@@ -35,6 +34,7 @@ from handlers.redisio import (
     is_missing_index,
     key_id,
     memory_keys,
+    parse_row,
     parse_search,
     redis_errors,
     stored,
@@ -55,9 +55,6 @@ from handlers.scripts import ADD_LUA, DELETE_LUA, FETCH_LUA, MENTION_LUA, UPDATE
 
 log = structlog.get_logger("membus.store")
 
-BATCHES_MIN_MATCHES = 1500
-BATCHES_MIN_SHARE = 0.05
-COUNT_TTL_S = 5.0
 
 _meta_decoder = msgspec.json.Decoder(NamespaceMeta)
 
@@ -71,8 +68,7 @@ class Store:
         self.dimension = dimension
         # A cache only: every replica can rebuild it from Redis.
         self._indexes: dict[str, tuple[AsyncSearchIndex, NamespaceMeta]] = {}
-        # Filter sizes for the hybrid-policy choice: an estimate, so a few seconds stale is fine.
-        self._counts: dict[tuple[str, str], tuple[float, int]] = {}
+        self._policy = HybridPolicy()
         self._pending: dict[str, asyncio.Future[tuple[AsyncSearchIndex, NamespaceMeta]]] = {}
         self._fetch = client.register_script(FETCH_LUA)
         self._delete = client.register_script(DELETE_LUA)
@@ -218,24 +214,10 @@ class Store:
     async def _hybrid_policy(
         self, ns: str, index: AsyncSearchIndex, where: FilterExpression
     ) -> str:
-        # RediSearch's own choice picks brute force over every filtered vector for broad
-        # filters (5k of 10k memories: ~4 ms against ~0.9 ms in batches), while batches crawl
-        # for narrow ones. Choose by the filter's size, counted at most every few seconds.
-        matches = await self._count(ns, index, str(where))
-        total = await self._count(ns, index, "*")
-        broad = matches >= BATCHES_MIN_MATCHES and matches >= BATCHES_MIN_SHARE * total
-        return "BATCHES" if broad else "ADHOC_BF"
+        async def count(filter_: str) -> int:
+            return (await self._search(ns, index, CountQuery(filter_expression=filter_))).total
 
-    async def _count(self, ns: str, index: AsyncSearchIndex, where: str) -> int:
-        now = asyncio.get_running_loop().time()
-        hit = self._counts.get((ns, where))
-        if hit is not None and hit[0] > now:
-            return hit[1]
-        if len(self._counts) > 4096:
-            self._counts.clear()
-        result = await self._search(ns, index, CountQuery(filter_expression=where))
-        self._counts[(ns, where)] = (now + COUNT_TTL_S, result.total)
-        return result.total
+        return await self._policy.choose(ns, str(where), count)
 
     async def page(
         self,
@@ -329,10 +311,10 @@ class Store:
             AggregateRequest(str(where))
             .group_by(
                 ["@type", "@general"],
-                count().alias("n"),
-                tolist("@tags").alias("tags"),
-                rmin("@created_at").alias("oldest"),
-                rmax("@created_at").alias("newest"),
+                reducers.count().alias("n"),
+                reducers.tolist("@tags").alias("tags"),
+                reducers.min("@created_at").alias("oldest"),
+                reducers.max("@created_at").alias("newest"),
             )
             .dialect(2)
         )
@@ -345,23 +327,19 @@ class Store:
                 self.forget(ns)
                 index, _ = await self.namespace(ns)
                 result = await index.aggregate(req)
-        rows = []
-        for raw in result.rows:
-            row: dict[str, Any] = {}
-            for i in range(0, len(raw), 2):
-                name = text(raw[i])
-                value = raw[i + 1]
-                row[name] = [text(v) for v in value] if isinstance(value, list) else text(value)
-            rows.append(row)
-        return rows
+        return [parse_row(raw) for raw in result.rows]
 
-    async def fetch(self, ns: str, ids: list[str], now_ms: int) -> list[StoredMemory | None]:
-        """Live memories by id, in order (None where missing or expired), counting an access."""
+    async def fetch(
+        self, ns: str, ids: list[str], now_ms: int, count_access: bool = True
+    ) -> list[StoredMemory | None]:
+        """Live memories by id, in order (None where missing or expired), counting an access
+        unless told not to (then `touch` counts it for those that are returned)."""
         if not ids:
             return []
         keys = memory_keys(ns, ids)
+        flag = "1" if count_access else "0"
         async with self._guard():
-            rows = await self._fetch(keys=keys, args=[now_ms, *RECORD_FIELDS])
+            rows = await self._fetch(keys=keys, args=[now_ms, flag, *RECORD_FIELDS])
         found: list[StoredMemory | None] = []
         for row in rows:
             if not row:
@@ -379,6 +357,12 @@ class Store:
                 )
             )
         return found
+
+    async def touch(self, ns: str, ids: list[str], now_ms: int) -> None:
+        """Count an access to each live memory."""
+        if ids:
+            async with self._guard():
+                await self._fetch(keys=memory_keys(ns, ids), args=[now_ms, "1", "expires_at"])
 
     async def delete(
         self, ns: str, ids: list[str], now_ms: int

@@ -247,3 +247,16 @@ async def test_max_tokens_cuts_list_pages(wf123: AgentMemory) -> None:
 
     assert (full.count, full.total) == (2, 4)
     assert compact.count == 3  # previews are 100 characters plus "...": 26 tokens each
+
+
+async def test_results_cut_by_the_budget_are_not_counted_as_accessed(
+    wf123: AgentMemory,
+) -> None:
+    ids = [(await wf123.add("knowledge", f"counted {i} " + "z" * 80)).id for i in range(4)]
+
+    cut = await wf123.search("counted", limit=4, max_tokens=50)
+
+    got = {m.id: m.access_count for m in (await wf123.get(ids)).memories}
+    returned = {h.id for h in cut.results}
+    assert len(returned) == 2
+    assert all(got[mid] == (1 if mid in returned else 0) for mid in ids)

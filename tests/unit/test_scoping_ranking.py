@@ -156,3 +156,29 @@ def test_linear_fusion_and_rrf() -> None:
     assert fuse_linear(0.5, 1.0, 0.9) == pytest.approx(0.55)
     assert rrf([1, 1]) == pytest.approx(2 / 61)
     assert rrf([None, 3]) == pytest.approx(1 / 63)
+
+
+def test_hybrid_policy_batches_only_broad_filters() -> None:
+    from handlers.policy import broad
+
+    assert broad(5000, 10_000) is True
+    assert broad(10, 10_000) is False
+    assert broad(1000, 1200) is False  # too few to amortise batches
+    assert broad(2000, 1_000_000) is False  # a 0.2% slice: batches would crawl
+
+
+async def test_hybrid_policy_counts_each_filter_once_per_interval() -> None:
+    from handlers.policy import HybridPolicy
+
+    calls: list[str] = []
+
+    async def count(where: str) -> int:
+        calls.append(where)
+        return 10_000 if where == "*" else 6000
+
+    policy = HybridPolicy()
+    first = await policy.choose("ns", "@wf:{a}", count)
+    second = await policy.choose("ns", "@wf:{a}", count)
+
+    assert first == second == "BATCHES"
+    assert calls == ["@wf:{a}", "*"]
