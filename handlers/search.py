@@ -88,10 +88,15 @@ async def search(ns: str, req: SearchRequest, deps: Deps) -> SearchReply:
             texts[m.id] = (m.text_score or 0.0) / top if top > 0 else 0.0
             text_rank[m.id] = i
         if vec is not None:
-            # Text matches the vector query missed still get their true cosine.
+            # Text matches the vector query missed get their true cosine, when they can rank.
             extra = [mid for mid in text_rank if mid not in cosines]
+            if extra and (req.fusion or deps.fusion) == "linear":
+                extra = _contenders(extra, pool, cosines, texts, len(nearest) >= k, req, deps, now)
             for mid, stored in (await deps.store.vectors(ns, extra)).items():
                 cosines[mid] = max(0.0, min(1.0, _cosine(vec, stored)))
+            for mid in text_rank:
+                if mid not in cosines:
+                    del pool[mid]
 
     ranked = []
     for mid, m in pool.items():
@@ -121,6 +126,44 @@ async def search(ns: str, req: SearchRequest, deps: Deps) -> SearchReply:
 
     results = await _winners(ns, req, deps, ranked, now)
     return SearchReply(results=results, mode=mode)  # type: ignore[arg-type]
+
+
+def _contenders(
+    extra: list[str],
+    pool: dict[str, StoredMemory],
+    cosines: dict[str, float],
+    texts: dict[str, float],
+    knn_full: bool,
+    req: SearchRequest,
+    deps: Deps,
+    now: int,
+) -> list[str]:
+    """The text-only candidates whose best possible score could still reach the top `limit`.
+
+    A memory outside the k nearest has a cosine no higher than the k-th nearest, so its
+    score has an upper bound; those below the `limit`-th known score cannot win.
+    """
+    if not knn_full:
+        return extra  # the vector query returned everything the filter passes
+
+    def total(mid: str, cos: float) -> float:
+        f = pool[mid].fields
+        rel = fuse_linear(cos, texts.get(mid, 0.0), deps.hybrid_alpha)
+        return ranking.score(
+            rel,
+            float(f["importance"]),
+            int(f["created_at"]),
+            now,
+            deps.weights,
+            int(f.get("mention_count", 1)),
+        )
+
+    known = sorted((total(mid, cos) for mid, cos in cosines.items()), reverse=True)
+    if len(known) < req.limit:
+        return extra
+    bar = known[req.limit - 1]
+    ceiling = min(cosines.values())
+    return [mid for mid in extra if total(mid, ceiling) >= bar]
 
 
 async def _nothing() -> list[StoredMemory]:
