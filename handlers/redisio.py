@@ -98,6 +98,21 @@ def parse_row(raw: list[Any]) -> dict[str, Any]:
     return row
 
 
+def index_attributes(info: Any) -> set[str]:
+    """Field names of an index, from a raw FT.INFO reply (RESP2 list or RESP3 map)."""
+    if isinstance(info, list):
+        info = {text(info[i]): info[i + 1] for i in range(0, len(info), 2)}
+    attrs = info.get("attributes", info.get(b"attributes", []))
+    names = set()
+    for attr in attrs:
+        if isinstance(attr, dict):
+            names.add(text(attr.get(b"attribute", attr.get("attribute", b""))))
+        else:
+            pairs = {text(attr[i]): attr[i + 1] for i in range(0, len(attr) - 1, 2)}
+            names.add(text(pairs.get("attribute", b"")))
+    return names
+
+
 def memory_keys(ns: str, ids: list[str]) -> list[str]:
     """Record and access key of each memory, interleaved, as the Lua scripts take them."""
     keys: list[str] = []

@@ -30,6 +30,7 @@ from handlers.redisio import (
     Found,
     Repeat,
     StoredMemory,
+    index_attributes,
     is_connection_error,
     is_missing_index,
     key_id,
@@ -104,9 +105,22 @@ class Store:
                 # Another replica created it between our check and our create.
                 if "already exists" not in str(exc).lower():
                     raise
+            await self._add_missing_fields(index)
             await self._wait_indexed(index)
         self._indexes[ns] = (index, meta)
         return index, meta
+
+    async def _add_missing_fields(self, index: AsyncSearchIndex) -> None:
+        """Bring an index made by an older version up to the current schema: FT.ALTER adds
+        the fields it lacks, and RediSearch indexes existing memories for them."""
+        info = await self.client.execute_command("FT.INFO", index.name)
+        have = index_attributes(info)
+        for field in index.schema.redis_fields:
+            if field.name not in have:
+                log.info("index.upgrade", index=index.name, field=field.name)
+                await self.client.execute_command(
+                    "FT.ALTER", index.name, "SCHEMA", "ADD", *field.redis_args()
+                )
 
     async def _wait_indexed(self, index: AsyncSearchIndex, limit_s: float = 5.0) -> None:
         """A (re-)created index scans existing keys in the background; let it finish."""

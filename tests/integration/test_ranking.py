@@ -10,12 +10,16 @@ from collections.abc import AsyncIterator
 
 import pytest
 import redis.asyncio as aioredis
+from redisvl.index import AsyncSearchIndex
+from redisvl.schema import IndexSchema
 
 from bus import AgentMemory
 from contracts import DEFAULT_TYPES, AddRequest, SearchRequest
 from handlers import operations
 from handlers.embedders import HashEmbedder
 from handlers.ranking import DAY_MS, RankWeights
+from handlers.redisio import index_attributes
+from handlers.schema import schema_dict
 from handlers.store import Store
 
 T0 = 1_790_000_000_000
@@ -109,3 +113,36 @@ async def test_overfetch_lets_importance_lift_a_less_similar_memory(
     reply = await operations.search(ns, query, deps)
 
     assert reply.results[0].id == important.id
+
+
+async def test_an_index_from_an_older_schema_gains_the_missing_fields(
+    direct: tuple[operations.Deps, Clock], ns: str, servers
+) -> None:
+    deps, _ = direct
+    old = schema_dict(ns, 384)
+    old["fields"] = [f for f in old["fields"] if f["name"] not in ("tagtext", "mention_count")]
+    client = deps.store.client
+    legacy = AsyncSearchIndex(IndexSchema.from_dict(old), redis_client=client)
+    await legacy.create()
+    await client.hset(
+        f"membus:{ns}:m:01LEGACY",
+        mapping={
+            "id": "01LEGACY",
+            "type": "knowledge",
+            "content": "written before the upgrade",
+            "tags": "vintage",
+            "tagtext": "vintage",
+            "importance": 0.5,
+            "general": "1",
+            "created_at": T0,
+            "updated_at": T0,
+            "expires_at": 253_402_300_799_000,
+            "embedding": HashEmbedder().embed_one("written before").tobytes(),
+        },
+    )
+
+    reply = await operations.search(ns, SearchRequest(query="vintage", mode="text"), deps)
+
+    assert [r.id for r in reply.results] == ["01LEGACY"]
+    info = await client.execute_command("FT.INFO", f"membus:{ns}")
+    assert {"tagtext", "mention_count"} <= index_attributes(info)
