@@ -218,3 +218,18 @@ async def test_agent_handle_identity_is_fixed(bus: MemoryBus) -> None:
     with pytest.raises(AttributeError):
         mem.workflow_id = "wf_y"  # type: ignore[misc]
     assert (mem.workflow_id, mem.agent_id) == ("wf_x", "a1")
+
+
+async def test_a_request_published_without_reply_subject_is_still_executed(
+    bus: MemoryBus, wf123: AgentMemory
+) -> None:
+    stream = await bus.subscribe(general=True)
+
+    await bus.nc.publish(
+        f"mem.{bus.namespace}.add", b'{"type": "knowledge", "content": "fire and forget"}'
+    )
+
+    ev = await stream.next()
+    assert ev.preview == "fire and forget"
+    assert [m.content for m in (await wf123.list()).memories] == ["fire and forget"]
+    await stream.close()
