@@ -233,3 +233,18 @@ async def test_a_request_published_without_reply_subject_is_still_executed(
     assert ev.preview == "fire and forget"
     assert [m.content for m in (await wf123.list()).memories] == ["fire and forget"]
     await stream.close()
+
+
+async def test_punctuation_in_tags_and_workflow_ids_is_matched_exactly(bus: MemoryBus) -> None:
+    mem = bus.agent(workflow_id="wf-1_X")
+    other = bus.agent(workflow_id="wf-1_x")  # differs only by case
+    tagged = await mem.add("decision", "punctuated", tags=["proj:alpha.v2-x"])
+    await other.add("decision", "lower-case twin")
+    await mem.add("decision", "untagged")
+
+    by_tag = await mem.list(tags=["proj:alpha.v2-x"])
+    own = await mem.list(scope="workflow")
+
+    assert [m.id for m in by_tag.memories] == [tagged.id]
+    assert {m.workflow_id for m in own.memories} == {"wf-1_X"}
+    assert own.total == 2
