@@ -21,9 +21,10 @@ up: $(VENV)/.installed
 demo: $(VENV)/.installed
 	$(PY) -m deploy up --handlers 2 --demo-only
 
-## Lint, then every test (unit and integration against real servers).
+## Lint and type-check, then every test (unit and integration against real servers).
 test: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy contracts bus handlers deploy
 	$(PY) -m pytest
 
 lint: $(VENV)/.installed

@@ -352,7 +352,7 @@ class AgentMemory:
             max_tokens=max_tokens,
         )
         reply_type = CompactListReply if mode == "compact" else ListReply
-        return await self._bus.request("list", req, reply_type)  # type: ignore[return-value]
+        return await self._bus.request("list", req, reply_type)
 
     async def get(self, ids: Sequence[str]) -> GetReply:
         return await self._bus.request("get", GetRequest(ids=list(ids)), GetReply)

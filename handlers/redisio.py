@@ -66,7 +66,7 @@ def pairs(flat: list[Any]) -> dict[str, str]:
 def parse_search(raw: Any, with_scores: bool = False) -> Found:
     """Parse a raw FT.SEARCH reply (RESP2 or RESP3); a score lands in the `__score` field."""
     if isinstance(raw, dict):  # RESP3
-        rows = raw.get(b"results", raw.get("results", []))
+        rows = raw.get(b"results", raw.get("results")) or []
         docs = []
         for row in rows:
             attrs = row.get(b"extra_attributes", row.get("extra_attributes")) or {}
@@ -75,7 +75,7 @@ def parse_search(raw: Any, with_scores: bool = False) -> Found:
             if with_scores and score is not None:
                 fields["__score"] = text(score)
             docs.append((text(row.get(b"id", row.get("id"))), fields))
-        return Found(int(raw.get(b"total_results", raw.get("total_results", 0))), docs)
+        return Found(int(raw.get(b"total_results", raw.get("total_results")) or 0), docs)
     total, rest = int(raw[0]), raw[1:]
     step = 3 if with_scores else 2
     if rest and not with_scores and not isinstance(rest[1 if len(rest) > 1 else 0], list):

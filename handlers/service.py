@@ -82,7 +82,7 @@ class Handler:
             ep = self._endpoints.get(op)
             if ep is not None:
                 ep._num_errors += 1
-                ep._last_error = f"{error.status}:{error.code}"
+                ep._last_error = f"{error.status}:{error.code}"  # type: ignore[assignment]
         try:
             await req.respond(body, headers=headers)
         except Exception:
