@@ -94,6 +94,23 @@ class Handler:
             await asyncio.wait(set(self._tasks), timeout=grace_s)
 
 
+async def stop_taking_requests(service: Service) -> None:
+    """Stop receiving requests but serve those this replica already received.
+
+    nats.micro's `stop()` unsubscribes its endpoints, which discards requests queued in the
+    client; draining them first lets each queued request still get its reply.
+    """
+    for ep in service._endpoints:
+        if ep._subscription is not None:
+            try:
+                await ep._subscription.drain()
+            except Exception:  # a closed connection has nothing left to drain
+                log.warning("endpoint.drain_failed", endpoint=ep._name, exc_info=True)
+    # The endpoints are drained; stop() then only ends the $SRV (ping/info/stats) subjects.
+    service._endpoints = []
+    await service.stop()
+
+
 async def _nats_disconnected() -> None:
     log.warning("nats.disconnected")
 
@@ -189,7 +206,7 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
         await stop.wait()
     finally:
         log.info("service.stopping")
-        await service.stop()  # unsubscribe: no new requests reach this replica
+        await stop_taking_requests(service)
         await handler.drain(settings.drain_timeout_s)
         await nc.drain()
         await embedder.close()

@@ -51,7 +51,8 @@ async def test_two_handler_processes_serve_one_workload(
 async def test_sigterm_drains_in_flight_requests(
     handlers: EmbeddedStack, bus: MemoryBus, wf123: AgentMemory, servers
 ) -> None:
-    [extra] = handlers.start_handlers(1, {"MEMBUS_EMBEDDER": "hash"})
+    # Few slots, so requests queue inside the process: those must be served too.
+    [extra] = handlers.start_handlers(1, {"MEMBUS_EMBEDDER": "hash", "MEMBUS_MAX_INFLIGHT": "2"})
     await wait_for_handlers(servers.nats_url, 3, [extra], timeout=60)
 
     async def stop_soon() -> None:
