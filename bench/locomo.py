@@ -27,11 +27,13 @@ from bus import MemoryBus
 from deploy.embedded import EmbeddedStack, wait_for_handlers
 
 DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "locomo"
-MODES: list[tuple[str, str | None]] = [
-    ("vector", None),
-    ("text", None),
-    ("hybrid", "linear"),
-    ("hybrid", "rrf"),
+# (mode, fusion, diversify)
+MODES: list[tuple[str, str | None, float | None]] = [
+    ("vector", None, None),
+    ("text", None, None),
+    ("hybrid", "linear", None),
+    ("hybrid", "rrf", None),
+    ("hybrid", "linear", 0.7),
 ]
 BATCH = 32
 
@@ -76,7 +78,11 @@ async def ingest(bus: MemoryBus, facts: list[tuple[str, str, list[str]]]) -> flo
 
 
 async def evaluate(
-    bus: MemoryBus, questions: list[tuple[str, set[str]]], mode: str, fusion: str | None
+    bus: MemoryBus,
+    questions: list[tuple[str, set[str]]],
+    mode: str,
+    fusion: str | None,
+    diversify: float | None,
 ) -> tuple[list[int | None], list[float]]:
     """Rank (1-based) of the first relevant memory in the top 10 per question, and latencies."""
     mem = bus.agent(agent_id="asker")
@@ -84,7 +90,13 @@ async def evaluate(
     lat: list[float] = []
     for question, evidence in questions:
         t0 = time.perf_counter()
-        reply = await mem.search(question, limit=10, mode=mode, fusion=fusion)  # type: ignore[arg-type]
+        reply = await mem.search(
+            question,
+            limit=10,
+            mode=mode,  # type: ignore[arg-type]
+            fusion=fusion,  # type: ignore[arg-type]
+            diversify=diversify,
+        )
         lat.append((time.perf_counter() - t0) * 1000)
         rank = None
         for i, hit in enumerate(reply.results, 1):
@@ -115,8 +127,10 @@ async def run(embedder: str, files: list[Path], alpha: str | None) -> None:
             env["MEMBUS_HYBRID_ALPHA"] = alpha
         procs = stack.start_handlers(1, env)
         await wait_for_handlers(stack.nats_url, 1, procs, timeout=180)
-        results: dict[tuple[str, str | None], list[int | None]] = {m: [] for m in MODES}
-        latency: dict[tuple[str, str | None], list[float]] = {m: [] for m in MODES}
+        results: dict[tuple[str, str | None, float | None], list[int | None]] = {
+            m: [] for m in MODES
+        }
+        latency: dict[tuple[str, str | None, float | None], list[float]] = {m: [] for m in MODES}
         n_facts = 0
         ingest_s = 0.0
         for path in files:
@@ -125,22 +139,24 @@ async def run(embedder: str, files: list[Path], alpha: str | None) -> None:
             async with await MemoryBus.connect(stack.nats_url, namespace=ns, timeout=60) as bus:
                 ingest_s += await ingest(bus, facts)
                 n_facts += len(facts)
-                for mode, fusion in MODES:
-                    ranks, lat = await evaluate(bus, questions, mode, fusion)
-                    results[(mode, fusion)] += ranks
-                    latency[(mode, fusion)] += lat
+                for key in MODES:
+                    ranks, lat = await evaluate(bus, questions, *key)
+                    results[key] += ranks
+                    latency[key] += lat
         n_q = len(next(iter(results.values())))
         print(f"\nembedder {embedder}: {n_facts} memories from {len(files)} conversations,")
         print(f"  ingest {n_facts / ingest_s:,.0f} memories/s; {n_q} questions (categories 1-4)")
         print("  (query embeddings are cached in Redis after the first mode, as in service)")
-        print(f"{'mode':<16}{'R@1':>7}{'R@5':>7}{'R@10':>7}{'MRR@10':>8}{'p50 ms':>9}{'p99 ms':>9}")
-        for (mode, fusion), ranks in results.items():
+        print(f"{'mode':<24}{'R@1':>7}{'R@5':>7}{'R@10':>7}{'MRR@10':>8}{'p50 ms':>9}{'p99 ms':>9}")
+        for (mode, fusion, diversify), ranks in results.items():
             r1, r5, r10, mrr = summary(ranks)
             name = mode if fusion is None else f"{mode} ({fusion})"
-            lat = sorted(latency[(mode, fusion)])
+            if diversify is not None:
+                name += f" mmr {diversify}"
+            lat = sorted(latency[(mode, fusion, diversify)])
             p50 = statistics.median(lat)
             p99 = lat[min(len(lat) - 1, int(0.99 * len(lat)))]
-            print(f"{name:<16}{r1:>7.3f}{r5:>7.3f}{r10:>7.3f}{mrr:>8.3f}{p50:>9.2f}{p99:>9.2f}")
+            print(f"{name:<24}{r1:>7.3f}{r5:>7.3f}{r10:>7.3f}{mrr:>8.3f}{p50:>9.2f}{p99:>9.2f}")
     finally:
         stack.stop()
 

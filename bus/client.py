@@ -278,6 +278,7 @@ class AgentMemory:
         mode: Literal["vector", "text", "hybrid"] | None = None,
         fusion: Literal["linear", "rrf"] | None = None,
         max_tokens: int | None = None,
+        diversify: float | None = None,
     ) -> SearchReply:
         req = _build(
             SearchRequest,
@@ -294,6 +295,7 @@ class AgentMemory:
             mode=mode,
             fusion=fusion,
             max_tokens=max_tokens,
+            diversify=diversify,
         )
         return await self._bus.request("search", req, SearchReply)
 

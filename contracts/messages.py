@@ -117,6 +117,10 @@ class SearchRequest(Request, kw_only=True):
     fusion: Literal["linear", "rrf"] | None = None
     # Stop adding results once their estimated tokens would pass this budget (always >= 1).
     max_tokens: MaxTokens | None = None
+    # Maximal marginal relevance: pick results by `diversify * score - (1 - diversify) *
+    # (cosine to the closest result already picked)`, so near-duplicates do not crowd the
+    # list. 1 (or null) keeps plain score order.
+    diversify: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] | None = None
 
     def __post_init__(self) -> None:
         if self.query is None and self.embedding is None:

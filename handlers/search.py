@@ -123,6 +123,8 @@ async def search(ns: str, req: SearchRequest, deps: Deps) -> SearchReply:
         if req.min_score is None or total >= req.min_score:
             ranked.append((total, relevance, int(m.fields["created_at"]), mid, cos, txt))
     ranked.sort(key=lambda r: (r[0], r[1], r[2]), reverse=True)
+    if req.diversify is not None and req.diversify < 1.0 and len(ranked) > 1:
+        ranked = await _diversified(ns, ranked, req.diversify, max(2 * req.limit, 20), deps)
 
     results = await _winners(ns, req, deps, ranked, now)
     return SearchReply(results=results, mode=mode)  # type: ignore[arg-type]
@@ -164,6 +166,32 @@ def _contenders(
     bar = known[req.limit - 1]
     ceiling = min(cosines.values())
     return [mid for mid in extra if total(mid, ceiling) >= bar]
+
+
+async def _diversified(
+    ns: str, ranked: list[tuple[Any, ...]], weight: float, depth: int, deps: Deps
+) -> list[tuple[Any, ...]]:
+    """Maximal marginal relevance over the best `depth` candidates (greedy)."""
+    head, tail = ranked[:depth], ranked[depth:]
+    stored = await deps.store.vectors(ns, [r[3] for r in head])
+    unit = {mid: v / n for mid, v in stored.items() if (n := float(np.linalg.norm(v))) > 0}
+    picked: list[tuple[Any, ...]] = []
+    chosen: list[np.ndarray] = []
+    while head:
+
+        def value(r: tuple[Any, ...], chosen: list[np.ndarray] = chosen) -> float:
+            vec = unit.get(r[3])
+            if vec is None or not chosen:
+                return weight * r[0]
+            redundancy = max(float(np.dot(vec, c)) for c in chosen)
+            return weight * r[0] - (1.0 - weight) * redundancy
+
+        best = max(head, key=value)
+        picked.append(best)
+        head.remove(best)
+        if best[3] in unit:
+            chosen.append(unit[best[3]])
+    return picked + tail
 
 
 async def _nothing() -> list[StoredMemory]:

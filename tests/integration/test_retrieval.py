@@ -260,3 +260,21 @@ async def test_results_cut_by_the_budget_are_not_counted_as_accessed(
     returned = {h.id for h in cut.results}
     assert len(returned) == 2
     assert all(got[mid] == (1 if mid in returned else 0) for mid in ids)
+
+
+async def test_diversify_keeps_near_duplicates_from_crowding_the_results(
+    wf123: AgentMemory,
+) -> None:
+    query = unit((0, 1.0))
+    twins = []
+    for i in range(3):
+        vec = unit((0, 0.9), (1, math.sqrt(1 - 0.81 - 0.0001 * i)), (2 + i, 0.01 * math.sqrt(i)))
+        twins.append((await wf123.add("knowledge", f"twin {i}", embedding=vec, dedup="none")).id)
+    other = await wf123.add("knowledge", "different", embedding=unit((0, 0.8), (9, 0.6)))
+
+    plain = await wf123.search(embedding=query, limit=2, mode="vector")
+    mixed = await wf123.search(embedding=query, limit=2, mode="vector", diversify=0.5)
+
+    assert {h.id for h in plain.results} <= set(twins)
+    assert mixed.results[0].id in twins
+    assert mixed.results[1].id == other.id
