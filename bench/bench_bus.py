@@ -191,9 +191,7 @@ async def bench(args: argparse.Namespace, stack: EmbeddedStack, log_dir: Path) -
         rows: list[Row] = [("add", "handler log (ms)", b, h)]
         rows.append(("add", "in-process op (no publish)", b, await timed(n, op_add)))
 
-        policies = [
-            await store._hybrid_policy(NS, index, scope_filter(w)) for w in range(len(WORKFLOWS))
-        ]
+        policies = [await store._hybrid_policy(NS, scope_filter(w)) for w in range(len(WORKFLOWS))]
         # (a): query vectors embedded and queries built BEFORE timing
         prebuilt = [knn_query(embedder.embed_one(q), w, policies[w]) for w, q in queries]
 

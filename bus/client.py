@@ -58,6 +58,10 @@ _event_decoder = msgspec.json.Decoder(Event)
 _decoders: dict[type, msgspec.json.Decoder[Any]] = {}
 
 
+def _opt_list(items: Sequence[Any] | None) -> list[Any] | None:
+    return list(items) if items is not None else None
+
+
 def _build(cls: type[Q], **fields: Any) -> Q:
     # Request structs check some rules on construction (tag patterns, query-or-embedding);
     # surface those as the same typed error the server would send.
@@ -236,7 +240,7 @@ class AgentMemory:
             agent_id=self._agent_id,
             source=source,
             metadata=metadata,
-            embedding=list(embedding) if embedding is not None else None,
+            embedding=_opt_list(embedding),
             dedup=dedup,
             dedup_threshold=dedup_threshold,
         )
@@ -256,7 +260,7 @@ class AgentMemory:
             UpdateRequest,
             id=id,
             content=content,
-            tags=list(tags) if tags is not None else None,
+            tags=_opt_list(tags),
             importance=importance,
             ttl_s=ttl_s,
             agent_id=self._agent_id,
@@ -285,13 +289,13 @@ class AgentMemory:
             query=query,
             workflow_id=self._workflow_id,
             scope=scope,
-            types=list(types) if types is not None else None,
-            tags=list(tags) if tags is not None else None,
+            types=_opt_list(types),
+            tags=_opt_list(tags),
             limit=limit,
             min_score=min_score,
             since=since,
             until=until,
-            embedding=list(embedding) if embedding is not None else None,
+            embedding=_opt_list(embedding),
             mode=mode,
             fusion=fusion,
             max_tokens=max_tokens,
@@ -345,8 +349,8 @@ class AgentMemory:
         req = _build(
             ListRequest,
             mode=mode,
-            types=list(types) if types is not None else None,
-            tags=list(tags) if tags is not None else None,
+            types=_opt_list(types),
+            tags=_opt_list(tags),
             workflow_id=self._workflow_id,
             scope=scope,
             limit=limit,

@@ -23,8 +23,7 @@ from handlers.store import Store
 log = structlog.get_logger("membus.operations")
 
 Publish = Callable[[str, bytes], Awaitable[None]]
-_event_encoder = msgspec.json.Encoder()
-_metadata_encoder = msgspec.json.Encoder()
+_encoder = msgspec.json.Encoder()
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +69,7 @@ def check_metadata(value: dict[str, object] | None) -> bytes | None:
     """The metadata as the JSON we store, once it is known to be small and shallow."""
     if value is None:
         return None
-    data = _metadata_encoder.encode(value)
+    data = _encoder.encode(value)
     if len(data) > limits.MAX_METADATA_BYTES:
         raise TooLarge(
             f"`metadata` is {len(data)} bytes of JSON; the limit is {limits.MAX_METADATA_BYTES}."
@@ -140,4 +139,4 @@ async def publish_event(
         at=ms_to_dt(at_ms),
         preview=preview(content),
     )
-    await deps.publish(event_subject(ns, workflow_id, type_, action), _event_encoder.encode(event))
+    await deps.publish(event_subject(ns, workflow_id, type_, action), _encoder.encode(event))

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, TypeVar
 
 import msgspec
 import numpy as np
@@ -58,6 +58,7 @@ log = structlog.get_logger("membus.store")
 
 
 _meta_decoder = msgspec.json.Decoder(NamespaceMeta)
+T = TypeVar("T")
 
 
 class Store:
@@ -213,23 +214,20 @@ class Store:
         self, ns: str, vector: np.ndarray, where: FilterExpression, k: int
     ) -> list[StoredMemory]:
         """The k nearest memories passing `where` (light records: ranking fields only)."""
-        index, _ = await self.namespace(ns)
         query = VectorQuery(
             vector=vector.astype(np.float32).tobytes(),
             vector_field_name="embedding",
             return_fields=list(CANDIDATE_FIELDS),
             filter_expression=where,
             num_results=k,
-            hybrid_policy=await self._hybrid_policy(ns, index, where),
+            hybrid_policy=await self._hybrid_policy(ns, where),
         )
-        found = await self._search(ns, index, query)
+        found = await self._search(ns, query)
         return [stored(ns, key, fields) for key, fields in found.docs]
 
-    async def _hybrid_policy(
-        self, ns: str, index: AsyncSearchIndex, where: FilterExpression
-    ) -> str:
+    async def _hybrid_policy(self, ns: str, where: FilterExpression) -> str:
         async def count(filter_: str) -> int:
-            return (await self._search(ns, index, CountQuery(filter_expression=filter_))).total
+            return (await self._search(ns, CountQuery(filter_expression=filter_))).total
 
         return await self._policy.choose(ns, str(where), count)
 
@@ -243,7 +241,6 @@ class Store:
         fields: Iterable[str] = RECORD_FIELDS,
     ) -> tuple[int, list[StoredMemory]]:
         """Memories newest first, with the total that match."""
-        index, _ = await self.namespace(ns)
         names = list(fields)
         query = FilterQuery(
             filter_expression=where,
@@ -252,22 +249,20 @@ class Store:
             sort_by=("created_at", "DESC"),
         )
         query.paging(offset, limit)
-        result = await self._search(ns, index, query)
+        result = await self._search(ns, query)
         return result.total, [stored(ns, key, fields) for key, fields in result.docs]
 
     async def ids(self, ns: str, where: FilterExpression, limit: int) -> list[str]:
         """Ids of up to `limit` matching memories (no content loaded)."""
-        index, _ = await self.namespace(ns)
         query = FilterQuery(filter_expression=where, num_results=limit)
         query.no_content()
-        result = await self._search(ns, index, query)
+        result = await self._search(ns, query)
         return [key_id(ns, key) for key, _ in result.docs]
 
     async def text(
         self, ns: str, terms: list[str], where: FilterExpression, k: int
     ) -> list[StoredMemory]:
         """The k best full-text (BM25) matches of any of `terms` in content or tags."""
-        index, _ = await self.namespace(ns)
         query = TextQuery(
             text=" ".join(terms),
             text_field_name={"content": 1.0, "tagtext": 1.0},
@@ -277,7 +272,7 @@ class Store:
             num_results=k,
             stopwords=None,  # the caller removed them (redisvl's list would need nltk data)
         )
-        found = await self._search(ns, index, query, with_scores=True)
+        found = await self._search(ns, query, with_scores=True)
         return [stored(ns, key, fields) for key, fields in found.docs]
 
     async def vectors(self, ns: str, ids: list[str]) -> dict[str, np.ndarray]:
@@ -295,32 +290,37 @@ class Store:
             if blob
         }
 
-    async def _search(
-        self, ns: str, index: AsyncSearchIndex, query: Any, with_scores: bool = False
-    ) -> Found:
+    async def _on_index(self, ns: str, run: Callable[[AsyncSearchIndex], Awaitable[T]]) -> T:
+        """Run a query against the namespace's index; if the index vanished under us
+        (dropped or flushed), create it again and retry, once."""
+        index, _ = await self.namespace(ns)
+        async with self._guard():
+            try:
+                return await run(index)
+            except (redis.exceptions.ResponseError, RedisSearchError) as exc:
+                if not is_missing_index(exc) or is_connection_error(exc):
+                    raise
+            self.forget(ns)
+            index, _ = await self.namespace(ns)
+            return await run(index)
+
+    async def _search(self, ns: str, query: Any, with_scores: bool = False) -> Found:
         """Run a redisvl query as a raw FT.SEARCH: redis-py's own result objects cost more
         to build than the query takes in Redis."""
-        args: list[Any] = [index.name, *query.query.get_args()]
+        args: list[Any] = list(query.query.get_args())
         if params := query.params:
             args += ["PARAMS", 2 * len(params)]
             for key, value in params.items():
                 args += [key, value]
-        async with self._guard():
-            try:
-                raw = await self.client.execute_command("FT.SEARCH", *args)
-                return parse_search(raw, with_scores)
-            except redis.exceptions.ResponseError as exc:
-                if not is_missing_index(exc):
-                    raise
-            # The index vanished under us (dropped or flushed): create it again, once.
-            self.forget(ns)
-            await self.namespace(ns)
-            raw = await self.client.execute_command("FT.SEARCH", *args)
+
+        async def run(index: AsyncSearchIndex) -> Found:
+            raw = await self.client.execute_command("FT.SEARCH", index.name, *args)
             return parse_search(raw, with_scores)
+
+        return await self._on_index(ns, run)
 
     async def aggregate(self, ns: str, where: FilterExpression) -> list[dict[str, Any]]:
         """Counts by (type, general), tag lists and created_at bounds: no content."""
-        index, _ = await self.namespace(ns)
         req = (
             AggregateRequest(str(where))
             .group_by(
@@ -332,15 +332,7 @@ class Store:
             )
             .dialect(2)
         )
-        async with self._guard():
-            try:
-                result = await index.aggregate(req)
-            except RedisSearchError as exc:
-                if not is_missing_index(exc) or is_connection_error(exc):
-                    raise
-                self.forget(ns)
-                index, _ = await self.namespace(ns)
-                result = await index.aggregate(req)
+        result = await self._on_index(ns, lambda index: index.aggregate(req))
         return [parse_row(raw) for raw in result.rows]
 
     async def fetch(

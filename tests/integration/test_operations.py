@@ -248,3 +248,17 @@ async def test_punctuation_in_tags_and_workflow_ids_is_matched_exactly(bus: Memo
     assert [m.id for m in by_tag.memories] == [tagged.id]
     assert {m.workflow_id for m in own.memories} == {"wf-1_X"}
     assert own.total == 2
+
+
+async def test_a_dropped_index_is_created_again_on_the_next_query(
+    wf123: AgentMemory, rds, ns: str
+) -> None:
+    added = await wf123.add("knowledge", "survives an index drop")
+    await wf123.describe()  # every handler has the index cached by now or soon
+
+    await rds.execute_command("FT.DROPINDEX", f"membus:{ns}")  # keeps the hashes
+
+    hits = await wf123.search("index drop", mode="vector")
+    described = await wf123.describe()
+    assert [h.id for h in hits.results] == [added.id]
+    assert described.total == 1
