@@ -13,13 +13,14 @@ from contracts.messages import ScoredMemory, SearchReply, SearchRequest
 from handlers import ranking
 from handlers.deps import Deps, check_types, query_vector
 from handlers.records import dt_to_ms, fits_budget, to_scored
-from handlers.schema import read_filter
+from handlers.schema import MAX_TEXT_TERMS, read_filter
 from handlers.scoping import read_scope
-from handlers.stopwords import STOPWORDS
+from handlers.stopwords import INDEX_STOPWORDS, STOPWORDS
 from handlers.store import StoredMemory
 
 RRF_K = 60
 _WORD_RE = re.compile(r"\w+", re.UNICODE)
+_ALNUM_RE = re.compile(r"[^\W_]", re.UNICODE)
 
 
 def query_terms(text: str) -> list[str]:
@@ -28,6 +29,12 @@ def query_terms(text: str) -> list[str]:
     words = _WORD_RE.findall(text.lower())
     kept = [w for w in words if w not in STOPWORDS] or words
     return list(dict.fromkeys(kept))
+
+
+def text_terms(terms: list[str]) -> list[str]:
+    """The terms a full-text query carries: words the index holds, at most MAX_TEXT_TERMS."""
+    kept = [t for t in terms if t not in INDEX_STOPWORDS and _ALNUM_RE.search(t)]
+    return kept[:MAX_TEXT_TERMS]
 
 
 def fuse_linear(cos: float, text: float, alpha: float) -> float:
@@ -48,7 +55,7 @@ def _cosine(query: np.ndarray, vec: np.ndarray) -> float:
 async def search(ns: str, req: SearchRequest, deps: Deps) -> SearchReply:
     check_types(deps.types, req.types)
     mode = req.mode or deps.default_mode
-    terms = query_terms(req.query or "")
+    terms = text_terms(query_terms(req.query or ""))
     if mode != "vector" and not terms and req.embedding is not None:
         mode = "vector"  # nothing to match as text: an embedding-only query
     now = deps.clock()

@@ -13,3 +13,12 @@ STOPWORDS = frozenset(
     yourselves
     """.split()  # noqa: SIM905 - a word list reads better as text
 )
+
+# RediSearch's default stopword list, which our indexes use: such a word is not in the index,
+# and a query term that is one matches nothing of its own.
+INDEX_STOPWORDS = frozenset(
+    """
+    a is the an and are as at be but by for if in into it no not of on or such that their
+    then there these they this to was will with
+    """.split()  # noqa: SIM905
+)

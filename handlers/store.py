@@ -19,9 +19,10 @@ import redis.exceptions
 import structlog
 from redis.commands.search import reducers
 from redis.commands.search.aggregation import AggregateRequest
+from redis.commands.search.query import Query
 from redisvl.exceptions import RedisSearchError
 from redisvl.index import AsyncSearchIndex
-from redisvl.query import CountQuery, FilterQuery, TextQuery, VectorQuery
+from redisvl.query import CountQuery, FilterQuery, VectorQuery
 from redisvl.query.filter import FilterExpression
 from redisvl.schema import IndexSchema
 
@@ -51,6 +52,7 @@ from handlers.schema import (
     meta_key,
     record_key,
     schema_dict,
+    text_match,
 )
 from handlers.scripts import ADD_LUA, DELETE_LUA, FETCH_LUA, MENTION_LUA, UPDATE_LUA
 
@@ -263,14 +265,13 @@ class Store:
         self, ns: str, terms: list[str], where: FilterExpression, k: int
     ) -> list[StoredMemory]:
         """The k best full-text (BM25) matches of any of `terms` in content or tags."""
-        query = TextQuery(
-            text=" ".join(terms),
-            text_field_name={"content": 1.0, "tagtext": 1.0},
-            text_scorer="BM25STD",
-            filter_expression=where,
-            return_fields=list(CANDIDATE_FIELDS),
-            num_results=k,
-            stopwords=None,  # the caller removed them (redisvl's list would need nltk data)
+        query = (
+            Query(text_match(terms, where))
+            .scorer("BM25STD")
+            .with_scores()
+            .return_fields(*CANDIDATE_FIELDS)
+            .paging(0, k)
+            .dialect(2)
         )
         found = await self._search(ns, query, with_scores=True)
         return [stored(ns, key, fields) for key, fields in found.docs]
@@ -305,10 +306,10 @@ class Store:
             return await run(index)
 
     async def _search(self, ns: str, query: Any, with_scores: bool = False) -> Found:
-        """Run a redisvl query as a raw FT.SEARCH: redis-py's own result objects cost more
-        to build than the query takes in Redis."""
-        args: list[Any] = list(query.query.get_args())
-        if params := query.params:
+        """Run a redisvl (or redis-py) query as a raw FT.SEARCH: redis-py's own result
+        objects cost more to build than the query takes in Redis."""
+        args: list[Any] = list(query.get_args())
+        if params := getattr(query, "params", None):
             args += ["PARAMS", 2 * len(params)]
             for key, value in params.items():
                 args += [key, value]

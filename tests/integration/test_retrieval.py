@@ -208,6 +208,32 @@ async def test_text_mode_matches_tags_and_needs_no_vectors(wf123: AgentMemory) -
     assert [h.id for h in hits.results] == [tagged.id]
 
 
+async def test_text_score_counts_every_query_term_a_memory_matches(wf123: AgentMemory) -> None:
+    # Every search carries a scope filter; BM25 must still add up all the query's terms. Each
+    # term is in two memories (equal weight). A scorer that stopped at the first term a memory
+    # matches would put the short one-term memories ahead (BM25 favours short ones).
+    singles = [await wf123.add("knowledge", f"{w} sighting") for w in ("zebra", "quokka", "wombat")]
+    every = await wf123.add(
+        "knowledge", "zebra quokka and wombat all seen together near the old river bridge today"
+    )
+
+    hits = await wf123.search("zebra quokka wombat", mode="text", scope="both")
+
+    assert hits.results[0].id == every.id
+    assert {h.id for h in hits.results[1:]} == {s.id for s in singles}
+    assert all(h.text_score is not None and h.text_score < 0.6 for h in hits.results[1:])
+
+
+async def test_a_text_query_of_index_stopwords_only_matches_nothing_by_text(
+    wf123: AgentMemory,
+) -> None:
+    await wf123.add("knowledge", "the cat is on the mat")
+
+    hits = await wf123.search("the is", mode="text")
+
+    assert hits.results == []
+
+
 async def test_rrf_fusion_is_available_per_request(wf123: AgentMemory) -> None:
     a = await wf123.add("knowledge", "solar panels on the roof")
     hits = await wf123.search("solar roof", mode="hybrid", fusion="rrf", limit=1)

@@ -182,3 +182,27 @@ async def test_hybrid_policy_counts_each_filter_once_per_interval() -> None:
 
     assert first == second == "BATCHES"
     assert calls == ["@wf:{a}", "*"]
+
+
+def test_text_terms_keep_indexed_words_only_and_cap_their_number() -> None:
+    from handlers.schema import MAX_TEXT_TERMS
+    from handlers.search import query_terms, text_terms
+
+    # RediSearch's index has no stopwords, so such a term would match nothing of its own.
+    assert text_terms(query_terms("what is it")) == ["what"]
+    assert text_terms(["_", "__init__", "x_1"]) == ["__init__", "x_1"]
+    many = [f"w{i}" for i in range(100)]
+    assert text_terms(many) == many[:MAX_TEXT_TERMS]
+
+
+def test_text_match_intersects_each_term_with_the_filter_on_its_own() -> None:
+    from redisvl.query.filter import Tag
+
+    from handlers.schema import text_match
+
+    query = text_match(["zebra", "quokka"], Tag("general") == "1")
+
+    assert query == (
+        "((@content:zebra | @tagtext:zebra) @general:{1})"
+        " | ((@content:quokka | @tagtext:quokka) @general:{1})"
+    )
