@@ -39,7 +39,7 @@ class Deps:
     # The search mode used when a request names none, and how hybrid fuses its two signals.
     default_mode: str = "hybrid"
     fusion: str = "linear"
-    hybrid_alpha: float = 0.9
+    hybrid_alpha: float = 0.8
 
 
 # --------------------------------------------------------------------------- checks

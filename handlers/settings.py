@@ -32,7 +32,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     drain_timeout_s: float = 10.0
     search_mode: str = "hybrid"
     fusion: str = "linear"
-    hybrid_alpha: float = 0.9
+    hybrid_alpha: float = 0.8
     dedup_threshold: float = 0.95
     openai_base_url: str | None = None
     openai_model: str = "text-embedding-3-small"
@@ -82,7 +82,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     fusion = env.get("MEMBUS_HYBRID_FUSION") or "linear"
     if fusion not in ("linear", "rrf"):
         raise SettingsError(f"MEMBUS_HYBRID_FUSION={fusion!r}: use 'linear' or 'rrf'")
-    alpha = _number(env, "MEMBUS_HYBRID_ALPHA", 0.9, minimum=0)
+    alpha = _number(env, "MEMBUS_HYBRID_ALPHA", 0.8, minimum=0)
     threshold = _number(env, "MEMBUS_DEDUP_THRESHOLD", 0.95, minimum=0.01)
     if alpha > 1 or threshold > 1:
         raise SettingsError("MEMBUS_HYBRID_ALPHA and MEMBUS_DEDUP_THRESHOLD must be at most 1")
