@@ -35,6 +35,7 @@ from handlers.redisio import (
     is_connection_error,
     is_missing_index,
     key_id,
+    locked,
     memory_keys,
     parse_row,
     parse_search,
@@ -139,6 +140,12 @@ class Store:
 
     def _forget_all(self) -> None:
         self._indexes.clear()
+
+    def exclusive(
+        self, ns: str, name: str, hold_s: float = 5.0
+    ) -> contextlib.AbstractAsyncContextManager[None]:
+        """A lock shared by every handler (see `redisio.locked`)."""
+        return locked(self.client, f"membus:{ns}:lock:{name}", hold_s, self._guard)
 
     def _guard(self) -> contextlib.AbstractAsyncContextManager[None]:
         # A Redis that comes back may have lost its indexes (a restart without persistence),

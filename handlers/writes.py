@@ -16,6 +16,7 @@ from contracts.messages import (
     UpdateReply,
     UpdateRequest,
 )
+from contracts.types import TypeConfig
 from handlers.deps import (
     Deps,
     check_content,
@@ -106,13 +107,27 @@ async def add(ns: str, req: AddRequest, deps: Deps) -> AddReply:
     _, meta = await deps.store.namespace(ns)
     vec = await query_vector(ns, meta, req.content, req.embedding, deps)
     workflow_id = storage_workflow(cfg, req.scope, req.workflow_id)
-
-    if req.dedup == "semantic":
+    if req.dedup != "semantic":
+        return await _write(ns, req, deps, cfg, workflow_id, vec, metadata)
+    # The near-duplicate check and the write are one step across handlers: two similar adds
+    # at the same moment must not both miss each other. Exact repeats need no lock (Lua).
+    async with deps.store.exclusive(ns, f"dedup:{req.type}:{workflow_id or ''}"):
         threshold = req.dedup_threshold or deps.dedup_threshold
         near = await _near_duplicate(ns, req.type, workflow_id, vec, threshold, deps)
         if near is not None:
             return await _announce_repeat(ns, near, deps, deps.clock())
+        return await _write(ns, req, deps, cfg, workflow_id, vec, metadata)
 
+
+async def _write(
+    ns: str,
+    req: AddRequest,
+    deps: Deps,
+    cfg: TypeConfig,
+    workflow_id: str | None,
+    vec: np.ndarray,
+    metadata: bytes | None,
+) -> AddReply:
     importance = cfg.importance if req.importance is None else req.importance
     ttl_s = cfg.ttl_s if req.ttl_s is None else req.ttl_s
     now = deps.clock()

@@ -172,6 +172,26 @@ async def test_semantic_dedup_folds_near_duplicates_above_the_threshold(
     assert strict.duplicate_of is None
 
 
+async def test_concurrent_near_duplicate_adds_leave_one_record(wf123: AgentMemory) -> None:
+    # Different texts (so exact dedup cannot catch them), near-identical vectors, sent at
+    # once to two handler processes: the similarity check and the write are one step.
+    def near(i: int) -> list[float]:
+        return unit((0, 1.0), (1 + i, 0.01))
+
+    replies = await asyncio.gather(
+        *(
+            wf123.add("knowledge", f"near duplicate {i}", embedding=near(i), dedup="semantic")
+            for i in range(60)
+        )
+    )
+
+    listed = await wf123.list()
+    assert listed.total == 1
+    assert len({r.id for r in replies}) == 1
+    assert listed.memories[0].mention_count == 60
+    assert sorted(r.mention_count or 1 for r in replies) == list(range(1, 61))
+
+
 # --------------------------------------------------------------------------- search modes
 
 
