@@ -95,7 +95,9 @@ def text_match(terms: Iterable[str], where: FilterExpression) -> str:
     content and tags counts once.
     """
     flt = str(where)
-    flt = "" if flt == "*" else f" {flt}"
+    # Weight 0: a tag in the filter would otherwise add its own BM25 share (a workflow's tag
+    # is rare, so its memories would outscore general ones with the same words).
+    flt = "" if flt == "*" else f" (({flt}) => {{$weight: 0.0;}})"
     clauses = []
     for term in terms:
         fields = " | ".join(f"@{field}:{term}" for field in TEXT_FIELDS)

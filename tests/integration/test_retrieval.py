@@ -244,6 +244,23 @@ async def test_text_score_counts_every_query_term_a_memory_matches(wf123: AgentM
     assert all(h.text_score is not None and h.text_score < 0.6 for h in hits.results[1:])
 
 
+async def test_text_score_does_not_favour_the_workflow_over_general_memories(
+    wf123: AgentMemory,
+) -> None:
+    # The scope filter (`wf` or `general` tag) must not add to BM25: a workflow's tag is
+    # rare in the index, so it would lift that workflow's memories above general ones.
+    for i in range(20):
+        await wf123.add("knowledge", f"general filler note {i}")  # general by type
+    in_wf = await wf123.add("context", "pelican migration notes")  # workflow by type
+    general = await wf123.add("knowledge", "pelican migration notes")
+
+    hits = await wf123.search("pelican migration", mode="text", scope="both")
+
+    scores = {h.id: h.text_score for h in hits.results}
+    assert set(scores) == {in_wf.id, general.id}
+    assert scores[in_wf.id] == pytest.approx(scores[general.id])
+
+
 async def test_a_text_query_of_index_stopwords_only_matches_nothing_by_text(
     wf123: AgentMemory,
 ) -> None:

@@ -202,7 +202,8 @@ def test_text_match_intersects_each_term_with_the_filter_on_its_own() -> None:
 
     query = text_match(["zebra", "quokka"], Tag("general") == "1")
 
+    zero = "=> {$weight: 0.0;}"
     assert query == (
-        "((@content:zebra | @tagtext:zebra) @general:{1})"
-        " | ((@content:quokka | @tagtext:quokka) @general:{1})"
+        f"((@content:zebra | @tagtext:zebra) ((@general:{{1}}) {zero}))"
+        f" | ((@content:quokka | @tagtext:quokka) ((@general:{{1}}) {zero}))"
     )
