@@ -95,12 +95,24 @@ async def search(ns: str, req: SearchRequest, deps: Deps) -> SearchReply:
             texts[m.id] = (m.text_score or 0.0) / top if top > 0 else 0.0
             text_rank[m.id] = i
         if vec is not None:
+            linear = (req.fusion or deps.fusion) == "linear"
             # Text matches the vector query missed get their true cosine, when they can rank.
             extra = [mid for mid in text_rank if mid not in cosines]
-            if extra and (req.fusion or deps.fusion) == "linear":
+            if extra and linear:
                 extra = _contenders(extra, pool, cosines, texts, len(nearest) >= k, req, deps, now)
-            for mid, stored in (await deps.store.vectors(ns, extra)).items():
-                cosines[mid] = max(0.0, min(1.0, _cosine(vec, stored)))
+            # And vector matches beyond the text query's k get their true BM25: otherwise
+            # which of many equal text scores made the cut would decide their relevance.
+            unscored = [mid for mid in cosines if mid not in texts] if len(matches) >= k else []
+            stored, rescored = await asyncio.gather(
+                deps.store.vectors(ns, extra),
+                deps.store.text(ns, terms, where, len(unscored), among=unscored)
+                if unscored and linear
+                else _nothing(),
+            )
+            for mid, v in stored.items():
+                cosines[mid] = max(0.0, min(1.0, _cosine(vec, v)))
+            for m in rescored:
+                texts[m.id] = min(1.0, (m.text_score or 0.0) / top) if top > 0 else 0.0
             for mid in text_rank:
                 if mid not in cosines:
                     del pool[mid]

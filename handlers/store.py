@@ -269,17 +269,19 @@ class Store:
         return [key_id(ns, key) for key, _ in result.docs]
 
     async def text(
-        self, ns: str, terms: list[str], where: FilterExpression, k: int
+        self,
+        ns: str,
+        terms: list[str],
+        where: FilterExpression,
+        k: int,
+        among: list[str] | None = None,
     ) -> list[StoredMemory]:
-        """The k best full-text (BM25) matches of any of `terms` in content or tags."""
-        query = (
-            Query(text_match(terms, where))
-            .scorer("BM25STD")
-            .with_scores()
-            .return_fields(*CANDIDATE_FIELDS)
-            .paging(0, k)
-            .dialect(2)
-        )
+        """The k best full-text (BM25) matches of any of `terms` in content or tags; with
+        `among`, only those memories (ids) are scored."""
+        query = Query(text_match(terms, where)).scorer("BM25STD").with_scores()
+        if among is not None:
+            query = query.limit_ids(*(record_key(ns, mid) for mid in among))
+        query = query.return_fields(*CANDIDATE_FIELDS).paging(0, k).dialect(2)
         found = await self._search(ns, query, with_scores=True)
         return [stored(ns, key, fields) for key, fields in found.docs]
 

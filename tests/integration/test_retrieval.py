@@ -261,6 +261,30 @@ async def test_text_score_does_not_favour_the_workflow_over_general_memories(
     assert scores[in_wf.id] == pytest.approx(scores[general.id])
 
 
+async def test_hybrid_gives_vector_matches_beyond_the_text_cut_their_true_text_score(
+    wf123: AgentMemory,
+) -> None:
+    # 60 short memories outscore the long target on BM25, so the text query (k = 50 for
+    # limit 1) leaves the target out; it is the nearest vector and must still get its BM25.
+    await asyncio.gather(
+        *(
+            wf123.add("knowledge", f"heron {i}", embedding=unit((2 + i, 1.0)), dedup="none")
+            for i in range(60)
+        )
+    )
+    target = await wf123.add(
+        "knowledge",
+        "heron seen by the lake near the boathouse in the early morning fog again",
+        embedding=unit((0, 1.0)),
+    )
+
+    hits = await wf123.search("heron", embedding=unit((0, 1.0)), mode="hybrid", limit=1)
+
+    assert hits.results[0].id == target.id
+    assert hits.results[0].text_score is not None
+    assert 0.2 < hits.results[0].text_score < 1.0
+
+
 async def test_a_text_query_of_index_stopwords_only_matches_nothing_by_text(
     wf123: AgentMemory,
 ) -> None:
