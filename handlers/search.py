@@ -96,13 +96,24 @@ async def search(ns: str, req: SearchRequest, deps: Deps) -> SearchReply:
             text_rank[m.id] = i
         if vec is not None:
             linear = (req.fusion or deps.fusion) == "linear"
-            # Text matches the vector query missed get their true cosine, when they can rank.
+            depth = req.limit if req.diversify is None else _mmr_depth(req.limit)
+            # Text matches the vector query missed get their true cosine, and vector matches
+            # the text query's k missed get their true BM25 (otherwise which of many equal
+            # text scores made the cut would decide), each when it could still rank: beyond
+            # a query's k, a memory scores at most as well as that query's k-th.
             extra = [mid for mid in text_rank if mid not in cosines]
-            if extra and linear:
-                extra = _contenders(extra, pool, cosines, texts, len(nearest) >= k, req, deps, now)
-            # And vector matches beyond the text query's k get their true BM25: otherwise
-            # which of many equal text scores made the cut would decide their relevance.
             unscored = [mid for mid in cosines if mid not in texts] if len(matches) >= k else []
+            if linear:
+                known = _known_bar(pool, cosines, texts, depth, deps, now)
+                if len(nearest) >= k:
+                    low_cos = min(cosines.values())
+                    extra = [
+                        m for m in extra if _total(pool[m], low_cos, texts[m], deps, now) >= known
+                    ]
+                low_txt = min(texts.values())
+                unscored = [
+                    m for m in unscored if _total(pool[m], cosines[m], low_txt, deps, now) >= known
+                ]
             stored, rescored = await asyncio.gather(
                 deps.store.vectors(ns, extra),
                 deps.store.text(ns, terms, where, len(unscored), among=unscored)
@@ -143,48 +154,44 @@ async def search(ns: str, req: SearchRequest, deps: Deps) -> SearchReply:
             ranked.append((total, relevance, int(m.fields["created_at"]), mid, cos, txt))
     ranked.sort(key=lambda r: (r[0], r[1], r[2]), reverse=True)
     if req.diversify is not None and req.diversify < 1.0 and len(ranked) > 1:
-        ranked = await _diversified(ns, ranked, req.diversify, max(2 * req.limit, 20), deps)
+        ranked = await _diversified(ns, ranked, req.diversify, _mmr_depth(req.limit), deps)
 
     results = await _winners(ns, req, deps, ranked, now)
     return SearchReply(results=results, mode=mode)  # type: ignore[arg-type]
 
 
-def _contenders(
-    extra: list[str],
+def _mmr_depth(limit: int) -> int:
+    return max(2 * limit, 20)
+
+
+def _total(m: StoredMemory, cos: float, txt: float, deps: Deps, now: int) -> float:
+    """The final score of a linear-fusion candidate with the given signals."""
+    f = m.fields
+    return ranking.score(
+        fuse_linear(cos, txt, deps.hybrid_alpha),
+        float(f["importance"]),
+        int(f["created_at"]),
+        now,
+        deps.weights,
+        int(f.get("mention_count", 1)),
+    )
+
+
+def _known_bar(
     pool: dict[str, StoredMemory],
     cosines: dict[str, float],
     texts: dict[str, float],
-    knn_full: bool,
-    req: SearchRequest,
+    depth: int,
     deps: Deps,
     now: int,
-) -> list[str]:
-    """The text-only candidates whose best possible score could still reach the top `limit`.
-
-    A memory outside the k nearest has a cosine no higher than the k-th nearest, so its
-    score has an upper bound; those below the `limit`-th known score cannot win.
-    """
-    if not knn_full:
-        return extra  # the vector query returned everything the filter passes
-
-    def total(mid: str, cos: float) -> float:
-        f = pool[mid].fields
-        rel = fuse_linear(cos, texts.get(mid, 0.0), deps.hybrid_alpha)
-        return ranking.score(
-            rel,
-            float(f["importance"]),
-            int(f["created_at"]),
-            now,
-            deps.weights,
-            int(f.get("mention_count", 1)),
-        )
-
-    known = sorted((total(mid, cos) for mid, cos in cosines.items()), reverse=True)
-    if len(known) < req.limit:
-        return extra
-    bar = known[req.limit - 1]
-    ceiling = min(cosines.values())
-    return [mid for mid in extra if total(mid, ceiling) >= bar]
+) -> float:
+    """The `depth`-th best score known for sure (a missing text score counts as 0, so it can
+    only rise): a candidate whose best possible score is below it cannot make the results."""
+    known = sorted(
+        (_total(pool[mid], cos, texts.get(mid, 0.0), deps, now) for mid, cos in cosines.items()),
+        reverse=True,
+    )
+    return known[depth - 1] if len(known) >= depth else float("-inf")
 
 
 async def _diversified(
