@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import re
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from redisvl.query.filter import FilterExpression
 
 from contracts.messages import ScoredMemory, SearchReply, SearchRequest
 from handlers import ranking
@@ -52,6 +54,18 @@ def _cosine(query: np.ndarray, vec: np.ndarray) -> float:
     return float(np.dot(query, vec)) / denom if denom else 0.0
 
 
+@dataclass
+class Candidates:
+    """What the vector and full-text queries found: each memory with its signals."""
+
+    pool: dict[str, StoredMemory] = field(default_factory=dict)
+    cosines: dict[str, float] = field(default_factory=dict)
+    texts: dict[str, float] = field(default_factory=dict)  # BM25 / best BM25
+    vec_rank: dict[str, int] = field(default_factory=dict)
+    text_rank: dict[str, int] = field(default_factory=dict)
+    top_bm25: float = 0.0
+
+
 async def search(ns: str, req: SearchRequest, deps: Deps) -> SearchReply:
     check_types(deps.types, req.types)
     mode = req.mode or deps.default_mode
@@ -70,11 +84,6 @@ async def search(ns: str, req: SearchRequest, deps: Deps) -> SearchReply:
         until_ms=dt_to_ms(req.until) if req.until else None,
     )
     k = ranking.overfetch(req.limit)
-    pool: dict[str, StoredMemory] = {}
-    cosines: dict[str, float] = {}
-    vec_rank: dict[str, int] = {}
-    text_rank: dict[str, int] = {}
-    texts: dict[str, float] = {}
     vec: np.ndarray | None = None
     if mode != "text":
         _, meta = await deps.store.namespace(ns)
@@ -84,62 +93,94 @@ async def search(ns: str, req: SearchRequest, deps: Deps) -> SearchReply:
         deps.store.knn(ns, vec, where, k) if vec is not None else _nothing(),
         deps.store.text(ns, terms, where, k) if mode != "vector" and terms else _nothing(),
     )
+    c = Candidates()
     for i, m in enumerate(nearest, 1):
-        pool[m.id] = m
-        cosines[m.id] = ranking.similarity(m.distance or 0.0)
-        vec_rank[m.id] = i
+        c.pool[m.id] = m
+        c.cosines[m.id] = ranking.similarity(m.distance or 0.0)
+        c.vec_rank[m.id] = i
     if matches:
-        top = max((m.text_score or 0.0 for m in matches), default=0.0)
+        c.top_bm25 = max(m.text_score or 0.0 for m in matches)
         for i, m in enumerate(matches, 1):
-            pool.setdefault(m.id, m)
-            texts[m.id] = (m.text_score or 0.0) / top if top > 0 else 0.0
-            text_rank[m.id] = i
+            c.pool.setdefault(m.id, m)
+            c.texts[m.id] = _normalised(m, c.top_bm25)
+            c.text_rank[m.id] = i
         if vec is not None:
-            linear = (req.fusion or deps.fusion) == "linear"
-            depth = req.limit if req.diversify is None else _mmr_depth(req.limit)
-            # Text matches the vector query missed get their true cosine, and vector matches
-            # the text query's k missed get their true BM25 (otherwise which of many equal
-            # text scores made the cut would decide), each when it could still rank: beyond
-            # a query's k, a memory scores at most as well as that query's k-th.
-            extra = [mid for mid in text_rank if mid not in cosines]
-            unscored = [mid for mid in cosines if mid not in texts] if len(matches) >= k else []
-            if linear:
-                known = _known_bar(pool, cosines, texts, depth, deps, now)
-                if len(nearest) >= k:
-                    low_cos = min(cosines.values())
-                    extra = [
-                        m for m in extra if _total(pool[m], low_cos, texts[m], deps, now) >= known
-                    ]
-                low_txt = min(texts.values())
-                unscored = [
-                    m for m in unscored if _total(pool[m], cosines[m], low_txt, deps, now) >= known
-                ]
-            stored, rescored = await asyncio.gather(
-                deps.store.vectors(ns, extra),
-                deps.store.text(ns, terms, where, len(unscored), among=unscored)
-                if unscored and linear
-                else _nothing(),
-            )
-            for mid, v in stored.items():
-                cosines[mid] = max(0.0, min(1.0, _cosine(vec, v)))
-            for m in rescored:
-                texts[m.id] = min(1.0, (m.text_score or 0.0) / top) if top > 0 else 0.0
-            for mid in text_rank:
-                if mid not in cosines:
-                    del pool[mid]
+            full = (len(nearest) >= k, len(matches) >= k)
+            await _complete(ns, req, deps, c, vec, terms, where, full, now)
 
+    ranked = _ranked(mode, req, deps, c, now)
+    if req.diversify is not None and req.diversify < 1.0 and len(ranked) > 1:
+        ranked = await _diversified(ns, ranked, req.diversify, _mmr_depth(req.limit), deps)
+    results = await _winners(ns, req, deps, ranked, now)
+    return SearchReply(results=results, mode=mode)  # type: ignore[arg-type]
+
+
+def _normalised(m: StoredMemory, top: float) -> float:
+    return min(1.0, (m.text_score or 0.0) / top) if top > 0 else 0.0
+
+
+async def _complete(
+    ns: str,
+    req: SearchRequest,
+    deps: Deps,
+    c: Candidates,
+    vec: np.ndarray,
+    terms: list[str],
+    where: FilterExpression,
+    full: tuple[bool, bool],
+    now: int,
+) -> None:
+    """Give hybrid candidates the signal their other query did not return: text matches the
+    vector query missed get their true cosine, and vector matches beyond the text query's k
+    get their true BM25 (otherwise which of many equal text scores made the cut would
+    decide). With linear fusion, only those that could still make the results: beyond a
+    query's k, a memory scores at most as well as that query's k-th."""
+    knn_full, text_full = full
+    linear = (req.fusion or deps.fusion) == "linear"
+    extra = [mid for mid in c.text_rank if mid not in c.cosines]
+    unscored = [mid for mid in c.cosines if mid not in c.texts] if text_full else []
+    if linear:
+        depth = req.limit if req.diversify is None else _mmr_depth(req.limit)
+        bar = _known_bar(c, depth, deps, now)
+        if knn_full:
+            low_cos = min(c.cosines.values())
+            extra = [m for m in extra if _total(c.pool[m], low_cos, c.texts[m], deps, now) >= bar]
+        low_txt = min(c.texts.values())
+        unscored = [
+            m for m in unscored if _total(c.pool[m], c.cosines[m], low_txt, deps, now) >= bar
+        ]
+    stored, rescored = await asyncio.gather(
+        deps.store.vectors(ns, extra),
+        deps.store.text(ns, terms, where, len(unscored), among=unscored)
+        if unscored and linear
+        else _nothing(),
+    )
+    for mid, v in stored.items():
+        c.cosines[mid] = max(0.0, min(1.0, _cosine(vec, v)))
+    for m in rescored:
+        c.texts[m.id] = _normalised(m, c.top_bm25)
+    for mid in c.text_rank:
+        if mid not in c.cosines:
+            del c.pool[mid]  # a text match that could not rank
+
+
+def _ranked(
+    mode: str, req: SearchRequest, deps: Deps, c: Candidates, now: int
+) -> list[tuple[Any, ...]]:
+    """Live candidates at or above `min_score`, best first: (score, relevance, created_at, id,
+    cosine, text score)."""
     ranked = []
-    for mid, m in pool.items():
+    for mid, m in c.pool.items():
         if int(m.fields["expires_at"]) <= now:
             continue
-        cos, txt = cosines.get(mid, 0.0), texts.get(mid, 0.0)
+        cos, txt = c.cosines.get(mid, 0.0), c.texts.get(mid, 0.0)
         if mode == "vector":
             relevance = cos
         elif mode == "text":
             relevance = txt
         elif (req.fusion or deps.fusion) == "rrf":
             # Scaled so that rank 1 in both lists gives 1.0, like the other relevances.
-            relevance = rrf([vec_rank.get(mid), text_rank.get(mid)]) / rrf([1, 1])
+            relevance = rrf([c.vec_rank.get(mid), c.text_rank.get(mid)]) / rrf([1, 1])
         else:
             relevance = fuse_linear(cos, txt, deps.hybrid_alpha)
         total = ranking.score(
@@ -153,11 +194,7 @@ async def search(ns: str, req: SearchRequest, deps: Deps) -> SearchReply:
         if req.min_score is None or total >= req.min_score:
             ranked.append((total, relevance, int(m.fields["created_at"]), mid, cos, txt))
     ranked.sort(key=lambda r: (r[0], r[1], r[2]), reverse=True)
-    if req.diversify is not None and req.diversify < 1.0 and len(ranked) > 1:
-        ranked = await _diversified(ns, ranked, req.diversify, _mmr_depth(req.limit), deps)
-
-    results = await _winners(ns, req, deps, ranked, now)
-    return SearchReply(results=results, mode=mode)  # type: ignore[arg-type]
+    return ranked
 
 
 def _mmr_depth(limit: int) -> int:
@@ -177,18 +214,11 @@ def _total(m: StoredMemory, cos: float, txt: float, deps: Deps, now: int) -> flo
     )
 
 
-def _known_bar(
-    pool: dict[str, StoredMemory],
-    cosines: dict[str, float],
-    texts: dict[str, float],
-    depth: int,
-    deps: Deps,
-    now: int,
-) -> float:
+def _known_bar(c: Candidates, depth: int, deps: Deps, now: int) -> float:
     """The `depth`-th best score known for sure (a missing text score counts as 0, so it can
     only rise): a candidate whose best possible score is below it cannot make the results."""
     known = sorted(
-        (_total(pool[mid], cos, texts.get(mid, 0.0), deps, now) for mid, cos in cosines.items()),
+        (_total(c.pool[m], cos, c.texts.get(m, 0.0), deps, now) for m, cos in c.cosines.items()),
         reverse=True,
     )
     return known[depth - 1] if len(known) >= depth else float("-inf")
