@@ -35,6 +35,7 @@ ReadScope = Literal["both", "workflow", "general"]
 SearchMode = Literal["vector", "text", "hybrid"]
 MaxTokens = Annotated[int, msgspec.Meta(ge=1, le=1_000_000)]
 StoreScope = Literal["general", "workflow"]
+TtlSeconds = Annotated[int, msgspec.Meta(ge=0, le=limits.MAX_TTL_S)]
 
 
 def normalize_tags(tags: list[str]) -> list[str]:
@@ -66,7 +67,7 @@ class AddRequest(Request, kw_only=True):
     importance: Importance | None = None
     workflow_id: WorkflowId | None = None
     scope: StoreScope | None = None
-    ttl_s: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    ttl_s: TtlSeconds | None = None
     agent_id: AgentId | None = None
     source: Source | None = None
     metadata: dict[str, Any] | None = None
@@ -88,7 +89,7 @@ class UpdateRequest(Request, kw_only=True):
     content: Annotated[str, msgspec.Meta(min_length=1)] | None = None
     tags: Tags | None = None
     importance: Importance | None = None
-    ttl_s: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    ttl_s: TtlSeconds | None = None
     agent_id: AgentId | None = None
 
     def __post_init__(self) -> None:

@@ -24,6 +24,7 @@ _encoder = msgspec.json.Encoder()
 _STRING_RE = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _BRACKET_RE = re.compile(rb"[\[\]{}]")
 _UNKNOWN_FIELD_RE = re.compile(r"unknown field `([^`]*)`")
+_FIELD_PATH_RE = re.compile(r"at `\$\.(\w+)`$")
 
 
 def check_nesting(body: bytes, max_depth: int = limits.MAX_NESTING) -> None:
@@ -43,6 +44,23 @@ def check_nesting(body: bytes, max_depth: int = limits.MAX_NESTING) -> None:
             depth -= 1
 
 
+# How to get a field right, for the errors whose bare message would not say.
+_FIELD_HINTS = {
+    "ttl_s": f"ttl_s is whole seconds, 1 to {limits.MAX_TTL_S} (100 years); 0 is permanent.",
+}
+
+
+def _allowed_values(op: str, name: str) -> tuple[object, ...]:
+    """The values a Literal field of the request accepts (empty if it is not one)."""
+    for f in msgspec.inspect.type_info(REQUEST_TYPES[op]).fields:  # type: ignore[attr-defined]
+        if f.name == name:
+            types = f.type.types if isinstance(f.type, msgspec.inspect.UnionType) else [f.type]
+            for t in types:
+                if isinstance(t, msgspec.inspect.LiteralType):
+                    return tuple(t.values)
+    return ()
+
+
 def _explain(op: str, exc: msgspec.ValidationError) -> str:
     text = str(exc)
     fields = REQUEST_TYPES[op].__struct_fields__
@@ -51,7 +69,14 @@ def _explain(op: str, exc: msgspec.ValidationError) -> str:
         close = difflib.get_close_matches(name, fields, n=1)
         hint = f' Did you mean "{close[0]}"?' if close else ""
         return f'Unknown field "{name}" in {op} request.{hint} Known fields: {", ".join(fields)}.'
-    return f"Invalid {op} request: {text}."
+    message = f"Invalid {op} request: {text}."
+    if match := _FIELD_PATH_RE.search(text):
+        name = match.group(1)
+        if allowed := _allowed_values(op, name):
+            message += f" {name} must be one of: {', '.join(map(str, allowed))}."
+        elif name in _FIELD_HINTS:
+            message += f" {_FIELD_HINTS[name]}"
+    return message
 
 
 def decode_request(op: str, body: bytes) -> Request:
@@ -70,6 +95,11 @@ def decode_request(op: str, body: bytes) -> Request:
     except msgspec.DecodeError as exc:
         raise InvalidRequest(
             f"The request body is not valid JSON ({exc}). Send one UTF-8 JSON object."
+        ) from None
+    except UnicodeDecodeError:
+        raise InvalidRequest(
+            "The request body is not valid UTF-8 (a string holds bytes of another encoding)."
+            " Send one UTF-8 JSON object."
         ) from None
     except RecursionError:
         raise InvalidRequest("The request nests too deeply; flatten `metadata`.") from None

@@ -75,6 +75,25 @@ CASES = [
         "add", _add(importance=1.5), "invalid_request", "importance", id="importance-out-of-range"
     ),
     pytest.param("add", _add(ttl_s=-1), "invalid_request", "ttl_s", id="negative-ttl"),
+    pytest.param("add", _add(ttl_s=10**16), "invalid_request", "100 years", id="huge-ttl"),
+    pytest.param(
+        "update", b'{"id": "01X", "ttl_s": 3155760001}', "invalid_request", "ttl_s", id="update-ttl"
+    ),
+    pytest.param(
+        "add",
+        b'{"type": "knowledge", "content": "\xff\xfe"}',
+        "invalid_request",
+        "UTF-8",
+        id="latin1-bytes-in-a-string",
+    ),
+    pytest.param("search", b'{"query": "caf\xe9"}', "invalid_request", "UTF-8", id="latin1-query"),
+    pytest.param(
+        "describe",
+        b'{"scope": "all"}',
+        "invalid_request",
+        "one of: both, general, workflow",
+        id="enum-lists-allowed-values",
+    ),
     pytest.param("add", _add(dedup="fuzzy"), "invalid_request", "dedup", id="unknown-dedup"),
     pytest.param(
         "search",
