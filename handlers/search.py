@@ -183,14 +183,7 @@ def _ranked(
             relevance = rrf([c.vec_rank.get(mid), c.text_rank.get(mid)]) / rrf([1, 1])
         else:
             relevance = fuse_linear(cos, txt, deps.hybrid_alpha)
-        total = ranking.score(
-            relevance,
-            float(m.fields["importance"]),
-            int(m.fields["created_at"]),
-            now,
-            deps.weights,
-            int(m.fields.get("mention_count", 1)),
-        )
+        total = _final(m, relevance, deps, now)
         if req.min_score is None or total >= req.min_score:
             ranked.append((total, relevance, int(m.fields["created_at"]), mid, cos, txt))
     ranked.sort(key=lambda r: (r[0], r[1], r[2]), reverse=True)
@@ -201,17 +194,22 @@ def _mmr_depth(limit: int) -> int:
     return max(2 * limit, 20)
 
 
-def _total(m: StoredMemory, cos: float, txt: float, deps: Deps, now: int) -> float:
-    """The final score of a linear-fusion candidate with the given signals."""
+def _final(m: StoredMemory, relevance: float, deps: Deps, now: int) -> float:
+    """A candidate's final score: its relevance with importance, recency and mentions."""
     f = m.fields
     return ranking.score(
-        fuse_linear(cos, txt, deps.hybrid_alpha),
+        relevance,
         float(f["importance"]),
         int(f["created_at"]),
         now,
         deps.weights,
         int(f.get("mention_count", 1)),
     )
+
+
+def _total(m: StoredMemory, cos: float, txt: float, deps: Deps, now: int) -> float:
+    """The final score of a linear-fusion candidate with the given signals."""
+    return _final(m, fuse_linear(cos, txt, deps.hybrid_alpha), deps, now)
 
 
 def _known_bar(c: Candidates, depth: int, deps: Deps, now: int) -> float:
