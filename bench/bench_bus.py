@@ -34,15 +34,16 @@ from redisvl.version import __version__ as redisvl_version
 
 from bus import MemoryBus
 from contracts.messages import AddRequest, DescribeRequest, SearchRequest
-from contracts.types import DEFAULT_TYPES
 from deploy.embedded import EmbeddedStack, wait_for_handlers
-from handlers import operations
-from handlers.embedders import HashEmbedder
-from handlers.ranking import RankWeights, overfetch
-from handlers.records import now_ms
-from handlers.schema import CANDIDATE_FIELDS, read_filter
-from handlers.scoping import read_scope
-from handlers.store import Store
+from handlers import ops as operations
+from handlers.embed import HashEmbedder
+from handlers.ops.clock import now_ms
+from handlers.ops.ranking import overfetch
+from handlers.ops.scoping import read_scope
+from handlers.service import make_deps
+from handlers.settings import load_settings
+from handlers.store.filters import read_filter
+from handlers.store.record import CANDIDATE_FIELDS
 
 NS = "bench"
 LIMIT = 10
@@ -166,8 +167,10 @@ async def bench(args: argparse.Namespace, stack: EmbeddedStack, log_dir: Path) -
     bus = await MemoryBus.connect(stack.nats_url, namespace=NS, timeout=30.0)
     client = aioredis.Redis.from_url(stack.redis_url)
     agents = [bus.agent(workflow_id=wf, agent_id=f"agent_{i}") for i, wf in enumerate(WORKFLOWS)]
-    embedder, store = HashEmbedder(384), Store(client, "hash", 384)
-    deps = operations.Deps(store, embedder, dict(DEFAULT_TYPES), RankWeights(), noop_publish)
+    embedder = HashEmbedder(384)
+    settings = load_settings({"MEMBUS_EMBEDDER": "hash"})
+    deps = make_deps(settings, client, embedder, noop_publish)
+    store = deps.store
     try:
         t0 = time.perf_counter_ns()
         for i in range(0, len(memories), args.batch):
@@ -176,7 +179,7 @@ async def bench(args: argparse.Namespace, stack: EmbeddedStack, log_dir: Path) -
         secs = (time.perf_counter_ns() - t0) / 1e9
         print(f"\ningest: {len(memories)} memories through the bus in {secs:.2f} s, batches of")
         print(f"  {args.batch} concurrent adds -> {len(memories) / secs:,.0f} memories/s")
-        index, _ = await store.namespace(NS)
+        index = (await store.indexes.get(NS)).index
 
         def bus_add(i: int) -> Awaitable[Any]:
             return agents[adds[i][0]].add(*adds[i][1], tags=adds[i][2])
@@ -191,7 +194,7 @@ async def bench(args: argparse.Namespace, stack: EmbeddedStack, log_dir: Path) -
         rows: list[Row] = [("add", "handler log (ms)", b, h)]
         rows.append(("add", "in-process op (no publish)", b, await timed(n, op_add)))
 
-        policies = [await store._hybrid_policy(NS, scope_filter(w)) for w in range(len(WORKFLOWS))]
+        policies = [await store.hybrid_policy(NS, scope_filter(w)) for w in range(len(WORKFLOWS))]
         # (a): query vectors embedded and queries built BEFORE timing
         prebuilt = [knn_query(embedder.embed_one(q), w, policies[w]) for w, q in queries]
 

@@ -6,6 +6,8 @@ MAX_QUERY_CHARS = 4096
 MAX_METADATA_BYTES = 8 * 1024
 # Deep nesting can only come from `metadata` (or an attack); real requests stay shallow.
 MAX_NESTING = 32
+# Inside `metadata`: an object nested deeper than this is refused (flatten it).
+MAX_METADATA_NESTING = 8
 MAX_TAGS = 32
 MAX_IDS = 100
 MAX_SEARCH_LIMIT = 100

@@ -33,6 +33,7 @@ AgentId = Annotated[str, msgspec.Meta(min_length=1, max_length=limits.MAX_AGENT_
 Source = Annotated[str, msgspec.Meta(max_length=limits.MAX_SOURCE_CHARS)]
 ReadScope = Literal["both", "workflow", "general"]
 SearchMode = Literal["vector", "text", "hybrid"]
+Fusion = Literal["linear", "rrf"]
 MaxTokens = Annotated[int, msgspec.Meta(ge=1, le=1_000_000)]
 StoreScope = Literal["general", "workflow"]
 TtlSeconds = Annotated[int, msgspec.Meta(ge=0, le=limits.MAX_TTL_S)]
@@ -115,7 +116,7 @@ class SearchRequest(Request, kw_only=True):
     # None: the configured default (see docs/protocol.md for how it was chosen).
     mode: SearchMode | None = None
     # How hybrid mode fuses its two signals; None: the configured default.
-    fusion: Literal["linear", "rrf"] | None = None
+    fusion: Fusion | None = None
     # Stop adding results once their estimated tokens would pass this budget (always >= 1).
     max_tokens: MaxTokens | None = None
     # Maximal marginal relevance: pick results by `diversify * score - (1 - diversify) *
@@ -309,8 +310,6 @@ class ClearByTypeReply(Reply, kw_only=True):
 
 
 # --------------------------------------------------------------------------- events
-
-EventAction = Literal["added", "updated", "deleted", "expired"]
 
 
 class Event(msgspec.Struct, kw_only=True):

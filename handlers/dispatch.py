@@ -15,7 +15,7 @@ from contracts import limits
 from contracts.messages import REQUEST_TYPES, ErrorReply, Request
 from contracts.subjects import NAMESPACE_PATTERN, is_valid_namespace, parse_request_subject
 from handlers.errors import HandlerError, InvalidRequest, TooLarge
-from handlers.operations import OPERATIONS, Deps
+from handlers.ops import OPERATIONS, Deps
 
 log = structlog.get_logger("membus.dispatch")
 

@@ -23,19 +23,9 @@ class NotFound(HandlerError):
     status = "404"
 
 
-class Conflict(HandlerError):
-    code = "conflict"
-    status = "409"
-
-
 class TooLarge(HandlerError):
     code = "too_large"
     status = "413"
-
-
-class Forbidden(HandlerError):
-    code = "forbidden"
-    status = "403"
 
 
 class Unavailable(HandlerError):

@@ -13,19 +13,24 @@ import redis.asyncio as aioredis
 import structlog
 from nats.micro import add_service
 from nats.micro.request import Request as MicroRequest
-from nats.micro.service import Endpoint, Service
+from nats.micro.service import Service
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 from redisvl.extensions.cache.embeddings import EmbeddingsCache
 
 from contracts.subjects import OPERATIONS, QUEUE_GROUP, SERVICE_NAME, endpoint_subject
 from handlers import __version__
-from handlers.deps import Deps
 from handlers.dispatch import dispatch
-from handlers.embedders import CachedEmbedder, Embedder, build_embedder
+from handlers.embed import Embedder, build_embedder
+from handlers.embed.cache import CachedEmbedder
 from handlers.logs import configure_logging
+from handlers.micro import ErrorStats, stop_taking_requests, wants_reply
+from handlers.ops import Deps
+from handlers.ops.clock import now_ms
+from handlers.ops.deps import Publish
 from handlers.settings import Settings, SettingsError, load_settings
-from handlers.store import Store
+from handlers.store.keys import EMBED_CACHE
+from handlers.store.store import Store
 
 log = structlog.get_logger("membus.service")
 
@@ -52,12 +57,10 @@ class Handler:
         self.deps = deps
         self._slots = asyncio.Semaphore(max_inflight)
         self._tasks: set[asyncio.Task[None]] = set()
-        self._endpoints: dict[str, Endpoint] = {}
+        self._errors: ErrorStats | None = None
 
     def bind(self, service: Service) -> None:
-        # nats.micro counts an error only when the handler raises; we reply ourselves (with
-        # the protocol's JSON body), so we count our errors in its stats directly.
-        self._endpoints = {ep._name: ep for ep in service._endpoints}
+        self._errors = ErrorStats(service)
 
     def endpoint(self, op: str) -> Any:
         async def on_request(req: MicroRequest) -> None:
@@ -74,17 +77,15 @@ class Handler:
 
     async def _serve(self, op: str, req: MicroRequest) -> None:
         body, error = await dispatch(op, req.subject, req.data, self.deps)
-        if not req._msg.reply:
+        if not wants_reply(req):
             return
-        headers = None
-        if error is not None:
-            headers = {"Nats-Service-Error": error.message, "Nats-Service-Error-Code": error.status}
-            ep = self._endpoints.get(op)
-            if ep is not None:
-                ep._num_errors += 1
-                ep._last_error = f"{error.status}:{error.code}"  # type: ignore[assignment]
         try:
-            await req.respond(body, headers=headers)
+            if error is None:
+                await req.respond(body)
+            else:
+                if self._errors is not None:
+                    self._errors.count(op, error.status, error.code)
+                await req.respond_error(error.status, error.message, data=body)
         except Exception:
             log.exception("reply.failed", op=op)
 
@@ -92,23 +93,6 @@ class Handler:
         if self._tasks:
             log.info("drain.waiting", inflight=len(self._tasks))
             await asyncio.wait(set(self._tasks), timeout=grace_s)
-
-
-async def stop_taking_requests(service: Service) -> None:
-    """Stop receiving requests but serve those this replica already received.
-
-    nats.micro's `stop()` unsubscribes its endpoints, which discards requests queued in the
-    client; draining them first lets each queued request still get its reply.
-    """
-    for ep in service._endpoints:
-        if ep._subscription is not None:
-            try:
-                await ep._subscription.drain()
-            except Exception:  # a closed connection has nothing left to drain
-                log.warning("endpoint.drain_failed", endpoint=ep._name, exc_info=True)
-    # The endpoints are drained; stop() then only ends the $SRV (ping/info/stats) subjects.
-    service._endpoints = []
-    await service.stop()
 
 
 async def _nats_disconnected() -> None:
@@ -155,10 +139,23 @@ def make_embedder(settings: Settings, client: aioredis.Redis) -> Embedder:
     )
     if settings.embed_cache and embedder.name != "hash":
         cache = EmbeddingsCache(
-            name="membus:embcache", ttl=settings.embed_cache_ttl_s, async_redis_client=client
+            name=EMBED_CACHE, ttl=settings.embed_cache_ttl_s, async_redis_client=client
         )
         embedder = CachedEmbedder(embedder, cache)
     return embedder
+
+
+def make_deps(
+    settings: Settings, client: aioredis.Redis, embedder: Embedder, publish: Publish
+) -> Deps:
+    """What the operations share, built once per process (tests build theirs with this too)."""
+    return Deps(
+        settings=settings,
+        store=Store(client, embedder.name, embedder.dimension),
+        embedder=embedder,
+        publish=publish,
+        clock=now_ms,
+    )
 
 
 async def serve(settings: Settings, stop: asyncio.Event) -> None:
@@ -170,18 +167,7 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
         await client.aclose()
         log.info("service.stopped", reason="stopped before NATS answered")
         return
-    deps = Deps(
-        store=Store(client, embedder.name, embedder.dimension),
-        embedder=embedder,
-        types=settings.types,
-        weights=settings.weights,
-        publish=nc.publish,
-        dedup_threshold=settings.dedup_threshold,
-        default_mode=settings.search_mode,
-        fusion=settings.fusion,
-        hybrid_alpha=settings.hybrid_alpha,
-    )
-    handler = Handler(deps, settings.max_inflight)
+    handler = Handler(make_deps(settings, client, embedder, nc.publish), settings.max_inflight)
     service = await add_service(
         nc,
         name=SERVICE_NAME,

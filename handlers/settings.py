@@ -1,108 +1,139 @@
-"""Service settings read from `MEMBUS_*` environment variables and checked at start-up."""
+"""Service settings: `MEMBUS_*` environment variables read into one Struct at start-up.
+
+Each default is written once, in the Structs (`Settings`, and `RankWeights` for ranking);
+`msgspec.convert(..., strict=False)` parses the strings and enforces each bound and Literal,
+and an error names the variable to fix.
+"""
 
 from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Annotated, Any
 
 import msgspec
 
+from contracts.messages import Fusion, SearchMode
 from contracts.types import DEFAULT_TYPES, TypeTable, decode_type_table
-from handlers.embedders import minilm_available
-from handlers.ranking import RankWeights
+from handlers.embed import EmbedderName, minilm_available
 
-DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
-DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+Weight = Annotated[float, msgspec.Meta(ge=0.0)]
+
+
+class RankWeights(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The ranking's weights (see `handlers.ops.ranking.score`)."""
+
+    similarity: Weight = 0.70
+    importance: Weight = 0.15
+    recency: Weight = 0.15
+    # Weight of min(mention_count / 10, 1): how often the same content was added.
+    mention: Weight = 0.0
+    # Recency falls linearly from 1.0 (created now) to 0.0 at this age.
+    recency_days: Annotated[float, msgspec.Meta(ge=0.001)] = 30.0
+
+    def __post_init__(self) -> None:
+        if not all(math.isfinite(v) for v in msgspec.structs.astuple(self)):
+            raise ValueError("ranking weights must be finite numbers")
 
 
 class SettingsError(ValueError):
     """A `MEMBUS_*` variable has a value the service cannot use."""
 
 
-class Settings(msgspec.Struct, frozen=True, kw_only=True):
-    nats_url: str = DEFAULT_NATS_URL
-    redis_url: str = DEFAULT_REDIS_URL
-    embedder: str = "hash"
-    hash_dimension: int = 384
-    types: TypeTable = msgspec.field(default_factory=lambda: dict(DEFAULT_TYPES))
-    weights: RankWeights = RankWeights()
-    max_inflight: int = 256
-    drain_timeout_s: float = 10.0
-    search_mode: str = "hybrid"
-    fusion: str = "linear"
-    hybrid_alpha: float = 0.8
-    dedup_threshold: float = 0.95
+def _default_embedder() -> EmbedderName:
+    return "minilm" if minilm_available() else "hash"
+
+
+class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    nats_url: str = "nats://127.0.0.1:4222"
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    embedder: EmbedderName = msgspec.field(default_factory=_default_embedder)
+    hash_dimension: Annotated[int, msgspec.Meta(ge=8)] = 384
     openai_base_url: str | None = None
     openai_model: str = "text-embedding-3-small"
     openai_api_key: str | None = None
     # Cache embeddings in Redis (minilm, openai; hash is cheaper to compute than to fetch).
     embed_cache: bool = True
-    embed_cache_ttl_s: int = 30 * 24 * 3600
+    embed_cache_ttl_s: Annotated[int, msgspec.Meta(ge=1)] = 30 * 24 * 3600
+    # The memory-type table; MEMBUS_TYPES_FILE replaces it.
+    types: TypeTable = msgspec.field(default_factory=lambda: dict(DEFAULT_TYPES))
+    weights: RankWeights = RankWeights()
+    # The search mode of a request that names none, and how hybrid fuses its two signals.
+    search_mode: SearchMode = "hybrid"
+    hybrid_fusion: Fusion = "linear"
+    hybrid_alpha: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] = 0.8
+    # Near-duplicate threshold (cosine) for `add` with `dedup: "semantic"`.
+    dedup_threshold: Annotated[float, msgspec.Meta(ge=0.01, le=1.0)] = 0.95
+    max_inflight: Annotated[int, msgspec.Meta(ge=1)] = 256
+    drain_timeout_s: Annotated[float, msgspec.Meta(ge=0.0)] = 10.0
     log_level: str = "info"
 
+    def __post_init__(self) -> None:
+        if not math.isfinite(self.drain_timeout_s):
+            raise ValueError("MEMBUS_DRAIN_TIMEOUT_S must be a finite number")
 
-def _number(env: Mapping[str, str], name: str, default: float, *, minimum: float) -> float:
-    raw = env.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise SettingsError(f"{name}={raw!r} is not a number") from None
-    if not math.isfinite(value):
-        raise SettingsError(f"{name}={raw!r} must be a finite number")
-    if value < minimum:
-        raise SettingsError(f"{name}={raw!r} must be at least {minimum}")
-    return value
+
+# Where each variable goes: MEMBUS_<FIELD> for a plain field, and these for the rest.
+_NESTED = {
+    "MEMBUS_RANK_SIMILARITY": ("weights", "similarity"),
+    "MEMBUS_RANK_IMPORTANCE": ("weights", "importance"),
+    "MEMBUS_RANK_RECENCY": ("weights", "recency"),
+    "MEMBUS_RANK_MENTION": ("weights", "mention"),
+    "MEMBUS_RECENCY_DAYS": ("weights", "recency_days"),
+}
+VARIABLES: dict[str, tuple[str, ...]] = {
+    **{
+        f"MEMBUS_{f.name.upper()}": (f.name,)
+        for f in msgspec.structs.fields(Settings)
+        if f.name not in ("types", "weights")
+    },
+    **_NESTED,
+}
+_BOOL_FIELDS = {f.name for f in msgspec.structs.fields(Settings) if f.type is bool}
+_BOOL_WORDS = {"yes": "true", "on": "true", "no": "false", "off": "false"}
+_PATH_RE = re.compile(r" - at `\$\.?([\w.]*)`$")
 
 
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     env = os.environ if env is None else env
-    embedder = env.get("MEMBUS_EMBEDDER") or ("minilm" if minilm_available() else "hash")
-    if embedder not in ("hash", "minilm", "openai"):
-        raise SettingsError(f"MEMBUS_EMBEDDER={embedder!r}: use 'hash', 'minilm' or 'openai'")
-    types = dict(DEFAULT_TYPES)
-    if path := env.get("MEMBUS_TYPES_FILE"):
+    raw: dict[str, Any] = {}
+    given: dict[tuple[str, ...], str] = {}  # path -> variable, to name it in an error
+    for var, path in VARIABLES.items():
+        value = env.get(var)
+        if var == "MEMBUS_OPENAI_API_KEY" and not value:
+            var, value = "OPENAI_API_KEY", env.get("OPENAI_API_KEY")
+        if not value:  # unset or empty: the default
+            continue
+        if path[-1] in _BOOL_FIELDS:
+            value = _BOOL_WORDS.get(value.lower(), value)
+        *parents, name = path
+        target = raw
+        for parent in parents:
+            target = target.setdefault(parent, {})
+        target[name] = value
+        given[path] = var
+    if types_file := env.get("MEMBUS_TYPES_FILE"):
         try:
-            types = decode_type_table(Path(path).read_bytes())
+            raw["types"] = decode_type_table(Path(types_file).read_bytes())
         except (OSError, ValueError, msgspec.DecodeError) as exc:
-            raise SettingsError(f"MEMBUS_TYPES_FILE={path!r}: {exc}") from None
-    weights = RankWeights(
-        similarity=_number(env, "MEMBUS_RANK_SIMILARITY", 0.70, minimum=0),
-        importance=_number(env, "MEMBUS_RANK_IMPORTANCE", 0.15, minimum=0),
-        recency=_number(env, "MEMBUS_RANK_RECENCY", 0.15, minimum=0),
-        recency_days=_number(env, "MEMBUS_RECENCY_DAYS", 30.0, minimum=0.001),
-        mention=_number(env, "MEMBUS_RANK_MENTION", 0.0, minimum=0),
-    )
-    mode = env.get("MEMBUS_SEARCH_MODE") or "hybrid"
-    if mode not in ("vector", "text", "hybrid"):
-        raise SettingsError(f"MEMBUS_SEARCH_MODE={mode!r}: use 'vector', 'text' or 'hybrid'")
-    fusion = env.get("MEMBUS_HYBRID_FUSION") or "linear"
-    if fusion not in ("linear", "rrf"):
-        raise SettingsError(f"MEMBUS_HYBRID_FUSION={fusion!r}: use 'linear' or 'rrf'")
-    alpha = _number(env, "MEMBUS_HYBRID_ALPHA", 0.8, minimum=0)
-    threshold = _number(env, "MEMBUS_DEDUP_THRESHOLD", 0.95, minimum=0.01)
-    if alpha > 1 or threshold > 1:
-        raise SettingsError("MEMBUS_HYBRID_ALPHA and MEMBUS_DEDUP_THRESHOLD must be at most 1")
-    return Settings(
-        nats_url=env.get("MEMBUS_NATS_URL") or DEFAULT_NATS_URL,
-        redis_url=env.get("MEMBUS_REDIS_URL") or DEFAULT_REDIS_URL,
-        embedder=embedder,
-        hash_dimension=int(_number(env, "MEMBUS_HASH_DIMENSION", 384, minimum=8)),
-        types=types,
-        weights=weights,
-        max_inflight=int(_number(env, "MEMBUS_MAX_INFLIGHT", 256, minimum=1)),
-        drain_timeout_s=_number(env, "MEMBUS_DRAIN_TIMEOUT_S", 10.0, minimum=0),
-        log_level=env.get("MEMBUS_LOG_LEVEL") or "info",
-        search_mode=mode,
-        fusion=fusion,
-        hybrid_alpha=alpha,
-        dedup_threshold=threshold,
-        openai_base_url=env.get("MEMBUS_OPENAI_BASE_URL") or None,
-        openai_model=env.get("MEMBUS_OPENAI_MODEL") or "text-embedding-3-small",
-        openai_api_key=env.get("MEMBUS_OPENAI_API_KEY") or env.get("OPENAI_API_KEY") or None,
-        embed_cache=(env.get("MEMBUS_EMBED_CACHE") or "1") not in ("0", "false", "no", "off"),
-        embed_cache_ttl_s=int(_number(env, "MEMBUS_EMBED_CACHE_TTL_S", 30 * 24 * 3600, minimum=1)),
-    )
+            raise SettingsError(f"MEMBUS_TYPES_FILE={types_file!r}: {exc}") from None
+    try:
+        return msgspec.convert(raw, Settings, strict=False)
+    except msgspec.ValidationError as exc:
+        raise SettingsError(_explain(str(exc), env, given)) from None
+
+
+def _explain(message: str, env: Mapping[str, str], given: dict[tuple[str, ...], str]) -> str:
+    """The error with the variable(s) it is about instead of a path into the Struct."""
+    match = _PATH_RE.search(message)
+    if match is None:
+        return message
+    detail = message[: match.start()]
+    path = tuple(match.group(1).split(".")) if match.group(1) else ()
+    named = [var for p, var in given.items() if p[: len(path)] == path]
+    if len(named) == 1 and given.get(path) == named[0]:
+        return f"{named[0]}={env[named[0]]!r}: {detail}"
+    return f"{', '.join(named)}: {detail}" if named else detail

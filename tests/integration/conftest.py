@@ -4,6 +4,12 @@ Servers come from, in order: `MEMBUS_NATS_URL` + `MEMBUS_REDIS_URL` when both ar
 testcontainers when a Docker engine answers (official `nats` and `redis/redis-stack-server`
 images); otherwise the embedded servers from PyPI packages. `MEMBUS_TEST_SERVERS=env|docker|
 embedded` forces one. Every test gets a fresh namespace, so tests never see each other's data.
+
+A test's `bus` reaches the operations one of two ways (its `transport`):
+- "in_process" (the default): the SDK's requests call `dispatch()` in this process, against
+  the session's real Redis, so a failure shows its traceback; events still go out on NATS.
+- "nats": through NATS to two handler processes, for wiring, events, scaling and faults.
+A module or test marked `@pytest.mark.transports("in_process", "nats")` runs once each way.
 """
 
 from __future__ import annotations
@@ -18,10 +24,13 @@ from pathlib import Path
 import nats
 import pytest
 import redis.asyncio as aioredis
+from inprocess import InProcess
 from nats.aio.client import Client as NatsClient
 
 from bus import AgentMemory, MemoryBus
 from deploy.embedded import EmbeddedStack, wait_for_handlers
+from handlers.service import make_deps, make_embedder, redis_client
+from handlers.settings import load_settings
 
 HANDLERS = 2
 LOG_DIR = Path(os.environ.get("MEMBUS_TEST_LOG_DIR", ".membus/test-logs"))
@@ -128,9 +137,49 @@ async def nc(servers: Servers) -> AsyncIterator[NatsClient]:
     await client.close()
 
 
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    marker = metafunc.definition.get_closest_marker("transports")
+    if marker is not None and "transport" in metafunc.fixturenames:
+        metafunc.parametrize("transport", marker.args)
+
+
 @pytest.fixture
-async def bus(handlers: EmbeddedStack, servers: Servers, ns: str) -> AsyncIterator[MemoryBus]:
-    b = await MemoryBus.connect(servers.nats_url, namespace=ns)
+def transport() -> str:
+    """How this test's `bus` reaches the operations (see the module docstring)."""
+    return "in_process"
+
+
+@pytest.fixture(scope="session")
+async def in_process(servers: Servers) -> AsyncIterator[InProcess]:
+    """The operations of a handler (hash embedder, as the handler processes) in this process."""
+    settings = load_settings({"MEMBUS_EMBEDDER": "hash", "MEMBUS_REDIS_URL": servers.redis_url})
+    client = redis_client(settings.redis_url)
+    events = await nats.connect(servers.nats_url)
+    embedder = make_embedder(settings, client)
+    try:
+        yield InProcess(events, make_deps(settings, client, embedder, events.publish))
+    finally:
+        await events.drain()
+        await embedder.close()
+        await client.aclose()
+
+
+@pytest.fixture
+def bus_client(transport: str, request: pytest.FixtureRequest) -> InProcess | None:
+    """The NATS client stand-in of an in-process `bus`; None (a real client) over NATS."""
+    if transport == "nats":
+        request.getfixturevalue("handlers")
+        return None
+    assert transport == "in_process", f"unknown transport {transport!r}"
+    return request.getfixturevalue("in_process")
+
+
+@pytest.fixture
+async def bus(bus_client: InProcess | None, servers: Servers, ns: str) -> AsyncIterator[MemoryBus]:
+    if bus_client is None:
+        b = await MemoryBus.connect(servers.nats_url, namespace=ns)
+    else:
+        b = await MemoryBus.connect(namespace=ns, nc=bus_client)  # type: ignore[arg-type]
     yield b
     await b.close()
 

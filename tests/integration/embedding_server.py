@@ -8,7 +8,7 @@ import threading
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from handlers.embedders import HashEmbedder
+from handlers.embed import HashEmbedder
 
 
 class EmbeddingServer:

@@ -1,8 +1,12 @@
-"""Bad input gets a clear error reply (with micro error headers) and the service stays up."""
+"""Bad input gets a clear error reply (with micro error headers) and the service stays up.
+
+The raw requests go through `bus.nc`: in this process by default, and through NATS to the
+handler processes where the test is about what NATS itself sees."""
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import msgspec
 import pytest
@@ -13,7 +17,7 @@ from bus import AgentMemory, MemoryBus
 MAX_BODY = 256 * 1024
 
 
-async def _raw(nc: NatsClient, subject: str, body: bytes) -> tuple[dict, dict]:
+async def _raw(nc: Any, subject: str, body: bytes) -> tuple[dict, dict]:
     msg = await nc.request(subject, body, timeout=5)
     return msgspec.json.decode(msg.data), dict(msg.headers or {})
 
@@ -135,9 +139,9 @@ CASES = [
 
 @pytest.mark.parametrize(("op", "body", "code", "hint"), CASES)
 async def test_bad_input_gets_a_clear_error_and_the_service_stays_up(
-    bus: MemoryBus, nc: NatsClient, op: str, body: bytes, code: str, hint: str
+    bus: MemoryBus, op: str, body: bytes, code: str, hint: str
 ) -> None:
-    reply, headers = await _raw(nc, f"mem.{bus.namespace}.{op}", body)
+    reply, headers = await _raw(bus.nc, f"mem.{bus.namespace}.{op}", body)
 
     assert reply["success"] is False
     assert reply["code"] == code
@@ -149,18 +153,20 @@ async def test_bad_input_gets_a_clear_error_and_the_service_stays_up(
     assert described.total == 0
 
 
-async def test_bad_namespace_token_is_invalid_request(handlers, nc: NatsClient) -> None:
-    reply, _ = await _raw(nc, "mem.bad!ns.describe", b"{}")
+@pytest.mark.transports("in_process", "nats")
+async def test_bad_namespace_token_is_invalid_request(bus: MemoryBus) -> None:
+    reply, _ = await _raw(bus.nc, "mem.bad!ns.describe", b"{}")
     assert reply["code"] == "invalid_request"
     assert "Namespace" in reply["error"]
 
 
-async def test_empty_body_is_an_empty_object(bus: MemoryBus, nc: NatsClient) -> None:
-    reply, headers = await _raw(nc, f"mem.{bus.namespace}.describe", b"")
+async def test_empty_body_is_an_empty_object(bus: MemoryBus) -> None:
+    reply, headers = await _raw(bus.nc, f"mem.{bus.namespace}.describe", b"")
     assert reply["success"] is True
     assert "Nats-Service-Error" not in headers
 
 
+@pytest.mark.transports("nats")
 async def test_errors_are_counted_in_service_stats(
     bus: MemoryBus, nc: NatsClient, wf123: AgentMemory
 ) -> None:

@@ -13,7 +13,7 @@ from stacks import private_stack
 
 from bus import MemoryBus, Unavailable
 from deploy.embedded import EmbeddedStack, wait_for_handlers
-from handlers.embedders import minilm_available
+from handlers.embed import minilm_available
 
 pytestmark = pytest.mark.minilm
 

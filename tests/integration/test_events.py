@@ -6,6 +6,9 @@ import pytest
 
 from bus import AgentMemory, BusTimeout, MemoryBus
 
+# Events as subscribers see them: published by the handler processes, through NATS.
+pytestmark = pytest.mark.transports("nats")
+
 
 async def test_add_publishes_an_added_event_on_the_workflow_subject(
     bus: MemoryBus, wf123: AgentMemory, ns: str

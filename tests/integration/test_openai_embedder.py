@@ -14,7 +14,8 @@ from stacks import private_stack
 
 from bus import MemoryBus
 from deploy.embedded import EmbeddedStack
-from handlers.embedders import CachedEmbedder, OpenAIEmbedder
+from handlers.embed.cache import CachedEmbedder
+from handlers.embed.openai_api import OpenAIEmbedder
 
 
 @pytest.fixture

@@ -10,6 +10,9 @@ import pytest
 from bus import AgentMemory, InvalidRequest, MemoryBus
 from contracts import CompactListReply, ListReply
 
+# Every operation both ways: in this process, and through NATS to the handler processes.
+pytestmark = pytest.mark.transports("in_process", "nats")
+
 
 async def test_add_then_get_returns_every_field(wf123: AgentMemory) -> None:
     added = await wf123.add(

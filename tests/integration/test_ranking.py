@@ -6,21 +6,19 @@ clock they control (the same functions the handlers run), against the session's 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import dataclasses
 
 import pytest
-import redis.asyncio as aioredis
 from redisvl.index import AsyncSearchIndex
 from redisvl.schema import IndexSchema
 
 from bus import AgentMemory
-from contracts import DEFAULT_TYPES, AddRequest, SearchRequest
-from handlers import operations
-from handlers.embedders import HashEmbedder
-from handlers.ranking import DAY_MS, RankWeights
-from handlers.redisio import index_attributes
-from handlers.schema import schema_dict
-from handlers.store import Store
+from contracts import AddRequest, SearchRequest
+from handlers import ops as operations
+from handlers.embed import HashEmbedder
+from handlers.ops.ranking import DAY_MS
+from handlers.store.resp import index_attributes
+from handlers.store.schema import schema_dict
 
 T0 = 1_790_000_000_000
 
@@ -34,25 +32,10 @@ class Clock:
 
 
 @pytest.fixture
-async def direct(servers) -> AsyncIterator[tuple[operations.Deps, Clock]]:
-    client = aioredis.Redis.from_url(servers.redis_url)
+def direct(in_process) -> tuple[operations.Deps, Clock]:
+    """The in-process handler's operations, with a clock the test moves."""
     clock = Clock()
-    events: list[tuple[str, bytes]] = []
-
-    async def publish(subject: str, data: bytes) -> None:
-        events.append((subject, data))
-
-    embedder = HashEmbedder()
-    deps = operations.Deps(
-        store=Store(client, embedder.name, embedder.dimension),
-        embedder=embedder,
-        types=DEFAULT_TYPES,
-        weights=RankWeights(),
-        publish=publish,
-        clock=clock,
-    )
-    yield deps, clock
-    await client.aclose()
+    return dataclasses.replace(in_process.deps, clock=clock), clock
 
 
 async def test_equal_similarity_ranks_higher_importance_first(wf123: AgentMemory) -> None:

@@ -6,10 +6,13 @@ import asyncio
 import signal
 
 import msgspec
+import pytest
 from nats.aio.client import Client as NatsClient
 
 from bus import AgentMemory, MemoryBus
 from deploy.embedded import EmbeddedStack, ping_handlers, wait_for_handlers
+
+pytestmark = pytest.mark.transports("nats")
 
 
 async def _stats(nc: NatsClient) -> dict[str, int]:

@@ -9,9 +9,9 @@ import pytest
 from contracts import limits
 from contracts.messages import REQUEST_TYPES, AddRequest, DescribeRequest, ListRequest
 from contracts.types import DEFAULT_TYPES
-from handlers.deps import check_content, check_metadata, type_config
 from handlers.dispatch import check_nesting, decode_request
 from handlers.errors import InvalidRequest, TooLarge
+from handlers.ops.checks import check_content, check_metadata, type_config
 
 OPS = sorted(REQUEST_TYPES)
 

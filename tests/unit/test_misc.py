@@ -12,12 +12,12 @@ import pytest
 
 from bus import errors as bus_errors
 from contracts.types import DEFAULT_TYPES, TypeConfig
-from handlers.embedders import HashEmbedder
-from handlers.ids import new_id
-from handlers.records import dt_to_ms, ms_to_dt
-from handlers.schema import read_filter
-from handlers.scoping import read_scope
+from handlers.embed import HashEmbedder
+from handlers.ops.clock import dt_to_ms, ms_to_dt
+from handlers.ops.scoping import read_scope
 from handlers.settings import SettingsError, load_settings
+from handlers.store.filters import read_filter
+from handlers.store.ids import new_id
 
 CROCKFORD = set("0123456789ABCDEFGHJKMNPQRSTVWXYZ")
 

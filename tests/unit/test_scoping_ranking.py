@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from contracts.types import DEFAULT_TYPES
-from handlers.ranking import DAY_MS, RankWeights, overfetch, recency, score, similarity
-from handlers.scoping import read_scope, storage_workflow
+from handlers.ops.ranking import DAY_MS, overfetch, recency, score, similarity
+from handlers.ops.scoping import read_scope, storage_workflow
+from handlers.settings import RankWeights
 
 GENERAL_TYPE = DEFAULT_TYPES["user_pref"]
 WORKFLOW_TYPE = DEFAULT_TYPES["context"]
@@ -137,7 +138,7 @@ def test_overfetch_is_max_of_five_times_limit_and_50(limit: int, expected: int) 
 
 
 def test_query_terms_drop_stopwords_but_never_every_word() -> None:
-    from handlers.search import query_terms
+    from handlers.ops.terms import query_terms
 
     assert query_terms("When did Caroline go to the LGBTQ support group?") == [
         "caroline",
@@ -151,7 +152,7 @@ def test_query_terms_drop_stopwords_but_never_every_word() -> None:
 
 
 def test_linear_fusion_and_rrf() -> None:
-    from handlers.search import fuse_linear, rrf
+    from handlers.ops.ranking import fuse_linear, rrf
 
     assert fuse_linear(0.5, 1.0, 0.9) == pytest.approx(0.55)
     assert rrf([1, 1]) == pytest.approx(2 / 61)
@@ -159,7 +160,7 @@ def test_linear_fusion_and_rrf() -> None:
 
 
 def test_hybrid_policy_batches_only_broad_filters() -> None:
-    from handlers.policy import broad
+    from handlers.store.policy import broad
 
     assert broad(5000, 10_000) is True
     assert broad(10, 10_000) is False
@@ -168,7 +169,7 @@ def test_hybrid_policy_batches_only_broad_filters() -> None:
 
 
 async def test_hybrid_policy_counts_each_filter_once_per_interval() -> None:
-    from handlers.policy import HybridPolicy
+    from handlers.store.policy import HybridPolicy
 
     calls: list[str] = []
 
@@ -185,8 +186,8 @@ async def test_hybrid_policy_counts_each_filter_once_per_interval() -> None:
 
 
 def test_text_terms_keep_indexed_words_only_and_cap_their_number() -> None:
-    from handlers.schema import MAX_TEXT_TERMS
-    from handlers.search import query_terms, text_terms
+    from handlers.ops.terms import query_terms
+    from handlers.store.filters import MAX_TEXT_TERMS, text_terms
 
     # RediSearch's index has no stopwords, so such a term would match nothing of its own.
     assert text_terms(query_terms("what is it")) == ["what"]
@@ -198,7 +199,7 @@ def test_text_terms_keep_indexed_words_only_and_cap_their_number() -> None:
 def test_text_match_intersects_each_term_with_the_filter_on_its_own() -> None:
     from redisvl.query.filter import Tag
 
-    from handlers.schema import text_match
+    from handlers.store.filters import text_match
 
     query = text_match(["zebra", "quokka"], Tag("general") == "1")
 

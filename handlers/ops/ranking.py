@@ -1,20 +1,11 @@
-"""The search ranking: `score = w_sim*similarity + w_imp*importance + w_rec*recency`."""
+"""The search ranking: a candidate's relevance (cosine, BM25, or both fused) and its final
+`score = w_sim*relevance + w_imp*importance + w_rec*recency (+ w_men*mentions)`."""
 
 from __future__ import annotations
 
-import msgspec
+from handlers.settings import RankWeights
 
 DAY_MS = 24 * 3600 * 1000
-
-
-class RankWeights(msgspec.Struct, frozen=True, kw_only=True):
-    similarity: float = 0.70
-    importance: float = 0.15
-    recency: float = 0.15
-    # Weight of min(mention_count / 10, 1): how often the same content was added.
-    mention: float = 0.0
-    # Recency falls linearly from 1.0 (created now) to 0.0 at this age.
-    recency_days: float = 30.0
 
 
 def similarity(cosine_distance: float) -> float:
@@ -46,3 +37,16 @@ def score(
 def overfetch(limit: int) -> int:
     """Vector candidates fetched so importance and recency can reorder them."""
     return max(5 * limit, 50)
+
+
+RRF_K = 60
+
+
+def fuse_linear(cos: float, text: float, alpha: float) -> float:
+    """Weighted fusion of cosine (0..1) and max-normalised BM25 (0..1)."""
+    return alpha * cos + (1.0 - alpha) * text
+
+
+def rrf(ranks: list[int | None], k: int = RRF_K) -> float:
+    """Reciprocal-rank fusion of 1-based ranks (None: absent from that list)."""
+    return sum(1.0 / (k + r) for r in ranks if r is not None)

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from contracts.types import TypeConfig
+from handlers.store.filters import ReadScope
 
 
 def storage_workflow(
@@ -16,20 +15,6 @@ def storage_workflow(
     if scope == "workflow":
         return workflow_id
     return workflow_id if type_cfg.scope == "workflow" else None
-
-
-@dataclass(frozen=True, slots=True)
-class ReadScope:
-    """What a read covers: one workflow's memories, the general ones, or both."""
-
-    workflow_id: str | None
-    general: bool
-
-    @property
-    def applied(self) -> str:
-        if self.workflow_id is None:
-            return "general"
-        return "both" if self.general else "workflow"
 
 
 def read_scope(scope: str, workflow_id: str | None) -> ReadScope:

@@ -4,61 +4,46 @@ ranked with importance and recency, cut by `min_score`, `limit` and `max_tokens`
 from __future__ import annotations
 
 import asyncio
-import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import NamedTuple
 
 import numpy as np
 from redisvl.query.filter import FilterExpression
 
 from contracts.messages import ScoredMemory, SearchReply, SearchRequest
-from handlers import ranking
-from handlers.deps import Deps, check_types, query_vector
-from handlers.records import dt_to_ms, fits_budget, to_scored
-from handlers.schema import MAX_TEXT_TERMS, read_filter
-from handlers.scoping import read_scope
-from handlers.stopwords import INDEX_STOPWORDS, STOPWORDS
-from handlers.store import StoredMemory
-
-RRF_K = 60
-_WORD_RE = re.compile(r"\w+", re.UNICODE)
-_ALNUM_RE = re.compile(r"[^\W_]", re.UNICODE)
-
-
-def query_terms(text: str) -> list[str]:
-    """Lower-cased words of a query, stopwords removed (unless that leaves none), first
-    occurrence kept."""
-    words = _WORD_RE.findall(text.lower())
-    kept = [w for w in words if w not in STOPWORDS] or words
-    return list(dict.fromkeys(kept))
+from handlers.ops import ranking
+from handlers.ops.budget import fits_budget
+from handlers.ops.checks import check_types
+from handlers.ops.clock import dt_to_ms
+from handlers.ops.deps import Deps
+from handlers.ops.replies import to_scored
+from handlers.ops.scoping import read_scope
+from handlers.ops.terms import query_terms
+from handlers.ops.vectors import request_vector
+from handlers.store.filters import read_filter, text_terms
+from handlers.store.record import Candidate
 
 
-def text_terms(terms: list[str]) -> list[str]:
-    """The terms a full-text query carries: words the index holds, at most MAX_TEXT_TERMS."""
-    kept = [t for t in terms if t not in INDEX_STOPWORDS and _ALNUM_RE.search(t)]
-    return kept[:MAX_TEXT_TERMS]
+class Ranked(NamedTuple):
+    """A live candidate with its final score and the signals behind it."""
 
+    score: float
+    relevance: float
+    created_at: int
+    id: str
+    cosine: float
+    text: float
 
-def fuse_linear(cos: float, text: float, alpha: float) -> float:
-    """Weighted fusion of cosine (0..1) and max-normalised BM25 (0..1)."""
-    return alpha * cos + (1.0 - alpha) * text
-
-
-def rrf(ranks: list[int | None], k: int = RRF_K) -> float:
-    """Reciprocal-rank fusion of 1-based ranks (None: absent from that list)."""
-    return sum(1.0 / (k + r) for r in ranks if r is not None)
-
-
-def _cosine(query: np.ndarray, vec: np.ndarray) -> float:
-    denom = float(np.linalg.norm(query) * np.linalg.norm(vec))
-    return float(np.dot(query, vec)) / denom if denom else 0.0
+    def order(self) -> tuple[float, float, int]:
+        """Best first: score, then relevance, then the newer."""
+        return self.score, self.relevance, self.created_at
 
 
 @dataclass
 class Candidates:
     """What the vector and full-text queries found: each memory with its signals."""
 
-    pool: dict[str, StoredMemory] = field(default_factory=dict)
+    pool: dict[str, Candidate] = field(default_factory=dict)
     cosines: dict[str, float] = field(default_factory=dict)
     texts: dict[str, float] = field(default_factory=dict)  # BM25 / best BM25
     vec_rank: dict[str, int] = field(default_factory=dict)
@@ -66,9 +51,15 @@ class Candidates:
     top_bm25: float = 0.0
 
 
+def _cosine(query: np.ndarray, vec: np.ndarray) -> float:
+    denom = float(np.linalg.norm(query) * np.linalg.norm(vec))
+    return float(np.dot(query, vec)) / denom if denom else 0.0
+
+
 async def search(ns: str, req: SearchRequest, deps: Deps) -> SearchReply:
-    check_types(deps.types, req.types)
-    mode = req.mode or deps.default_mode
+    settings = deps.settings
+    check_types(settings.types, req.types)
+    mode = req.mode or settings.search_mode
     terms = text_terms(query_terms(req.query or ""))
     if mode != "vector" and not terms and req.embedding is not None:
         mode = "vector"  # nothing to match as text: an embedding-only query
@@ -86,8 +77,7 @@ async def search(ns: str, req: SearchRequest, deps: Deps) -> SearchReply:
     k = ranking.overfetch(req.limit)
     vec: np.ndarray | None = None
     if mode != "text":
-        _, meta = await deps.store.namespace(ns)
-        vec = await query_vector(ns, meta, req.query, req.embedding, deps)
+        vec = await request_vector(ns, deps, text=req.query, given=req.embedding)
     # The vector and full-text queries run side by side.
     nearest, matches = await asyncio.gather(
         deps.store.knn(ns, vec, where, k) if vec is not None else _nothing(),
@@ -112,11 +102,15 @@ async def search(ns: str, req: SearchRequest, deps: Deps) -> SearchReply:
     if req.diversify is not None and req.diversify < 1.0 and len(ranked) > 1:
         ranked = await _diversified(ns, ranked, req.diversify, _mmr_depth(req.limit), deps)
     results = await _winners(ns, req, deps, ranked, now)
-    return SearchReply(results=results, mode=mode)  # type: ignore[arg-type]
+    return SearchReply(results=results, mode=mode)
 
 
-def _normalised(m: StoredMemory, top: float) -> float:
+def _normalised(m: Candidate, top: float) -> float:
     return min(1.0, (m.text_score or 0.0) / top) if top > 0 else 0.0
+
+
+def _fusion(req: SearchRequest, deps: Deps) -> str:
+    return req.fusion or deps.settings.hybrid_fusion
 
 
 async def _complete(
@@ -136,7 +130,7 @@ async def _complete(
     decide). With linear fusion, only those that could still make the results: beyond a
     query's k, a memory scores at most as well as that query's k-th."""
     knn_full, text_full = full
-    linear = (req.fusion or deps.fusion) == "linear"
+    linear = _fusion(req, deps) == "linear"
     extra = [mid for mid in c.text_rank if mid not in c.cosines]
     unscored = [mid for mid in c.cosines if mid not in c.texts] if text_full else []
     if linear:
@@ -164,29 +158,28 @@ async def _complete(
             del c.pool[mid]  # a text match that could not rank
 
 
-def _ranked(
-    mode: str, req: SearchRequest, deps: Deps, c: Candidates, now: int
-) -> list[tuple[Any, ...]]:
-    """Live candidates at or above `min_score`, best first: (score, relevance, created_at, id,
-    cosine, text score)."""
+def _ranked(mode: str, req: SearchRequest, deps: Deps, c: Candidates, now: int) -> list[Ranked]:
+    """Live candidates at or above `min_score`, best first."""
     ranked = []
+    alpha = deps.settings.hybrid_alpha
     for mid, m in c.pool.items():
-        if int(m.fields["expires_at"]) <= now:
+        if m.expires_at <= now:
             continue
         cos, txt = c.cosines.get(mid, 0.0), c.texts.get(mid, 0.0)
         if mode == "vector":
             relevance = cos
         elif mode == "text":
             relevance = txt
-        elif (req.fusion or deps.fusion) == "rrf":
+        elif _fusion(req, deps) == "rrf":
             # Scaled so that rank 1 in both lists gives 1.0, like the other relevances.
-            relevance = rrf([c.vec_rank.get(mid), c.text_rank.get(mid)]) / rrf([1, 1])
+            ranks = [c.vec_rank.get(mid), c.text_rank.get(mid)]
+            relevance = ranking.rrf(ranks) / ranking.rrf([1, 1])
         else:
-            relevance = fuse_linear(cos, txt, deps.hybrid_alpha)
+            relevance = ranking.fuse_linear(cos, txt, alpha)
         total = _final(m, relevance, deps, now)
         if req.min_score is None or total >= req.min_score:
-            ranked.append((total, relevance, int(m.fields["created_at"]), mid, cos, txt))
-    ranked.sort(key=lambda r: (r[0], r[1], r[2]), reverse=True)
+            ranked.append(Ranked(total, relevance, m.created_at, mid, cos, txt))
+    ranked.sort(key=Ranked.order, reverse=True)
     return ranked
 
 
@@ -194,22 +187,16 @@ def _mmr_depth(limit: int) -> int:
     return max(2 * limit, 20)
 
 
-def _final(m: StoredMemory, relevance: float, deps: Deps, now: int) -> float:
+def _final(m: Candidate, relevance: float, deps: Deps, now: int) -> float:
     """A candidate's final score: its relevance with importance, recency and mentions."""
-    f = m.fields
     return ranking.score(
-        relevance,
-        float(f["importance"]),
-        int(f["created_at"]),
-        now,
-        deps.weights,
-        int(f.get("mention_count", 1)),
+        relevance, m.importance, m.created_at, now, deps.settings.weights, m.mention_count
     )
 
 
-def _total(m: StoredMemory, cos: float, txt: float, deps: Deps, now: int) -> float:
+def _total(m: Candidate, cos: float, txt: float, deps: Deps, now: int) -> float:
     """The final score of a linear-fusion candidate with the given signals."""
-    return _final(m, fuse_linear(cos, txt, deps.hybrid_alpha), deps, now)
+    return _final(m, ranking.fuse_linear(cos, txt, deps.settings.hybrid_alpha), deps, now)
 
 
 def _known_bar(c: Candidates, depth: int, deps: Deps, now: int) -> float:
@@ -223,37 +210,37 @@ def _known_bar(c: Candidates, depth: int, deps: Deps, now: int) -> float:
 
 
 async def _diversified(
-    ns: str, ranked: list[tuple[Any, ...]], weight: float, depth: int, deps: Deps
-) -> list[tuple[Any, ...]]:
+    ns: str, ranked: list[Ranked], weight: float, depth: int, deps: Deps
+) -> list[Ranked]:
     """Maximal marginal relevance over the best `depth` candidates (greedy)."""
     head, tail = ranked[:depth], ranked[depth:]
-    stored = await deps.store.vectors(ns, [r[3] for r in head])
+    stored = await deps.store.vectors(ns, [r.id for r in head])
     unit = {mid: v / n for mid, v in stored.items() if (n := float(np.linalg.norm(v))) > 0}
-    picked: list[tuple[Any, ...]] = []
+    picked: list[Ranked] = []
     chosen: list[np.ndarray] = []
     while head:
 
-        def value(r: tuple[Any, ...], chosen: list[np.ndarray] = chosen) -> float:
-            vec = unit.get(r[3])
+        def value(r: Ranked, chosen: list[np.ndarray] = chosen) -> float:
+            vec = unit.get(r.id)
             if vec is None or not chosen:
-                return weight * r[0]
+                return weight * r.score
             redundancy = max(float(np.dot(vec, c)) for c in chosen)
-            return weight * r[0] - (1.0 - weight) * redundancy
+            return weight * r.score - (1.0 - weight) * redundancy
 
         best = max(head, key=value)
         picked.append(best)
         head.remove(best)
-        if best[3] in unit:
-            chosen.append(unit[best[3]])
+        if best.id in unit:
+            chosen.append(unit[best.id])
     return picked + tail
 
 
-async def _nothing() -> list[StoredMemory]:
+async def _nothing() -> list[Candidate]:
     return []
 
 
 async def _winners(
-    ns: str, req: SearchRequest, deps: Deps, ranked: list[tuple[Any, ...]], now: int
+    ns: str, req: SearchRequest, deps: Deps, ranked: list[Ranked], now: int
 ) -> list[ScoredMemory]:
     """Read the best candidates' records until `limit` (or the token budget) is reached. Only
     returned memories count as accessed; one that vanished since the candidate queries
@@ -266,15 +253,24 @@ async def _winners(
         batch, ranked = ranked[:want], ranked[want:]
         # With a budget, which records fit is known only after reading them: count the
         # access afterwards, for those returned.
-        records = await deps.store.fetch(ns, [r[3] for r in batch], now, budget is None)
-        for (total, _, _, _, cos, txt), rec in zip(batch, records, strict=True):
-            if rec is None:
+        found = await deps.store.fetch(ns, [r.id for r in batch], now, budget is None)
+        for r, f in zip(batch, found, strict=True):
+            if f is None:
                 continue
-            fits, spent = fits_budget(rec.fields.get("content", ""), spent, budget)
+            fits, spent = fits_budget(f.record.content, spent, budget)
             if not fits and results:
                 ranked = []
                 break
-            results.append(to_scored(rec, total, cos, txt))
+            results.append(
+                to_scored(
+                    f.record,
+                    f.access_count,
+                    f.last_accessed_ms,
+                    score=r.score,
+                    similarity=r.cosine,
+                    text_score=r.text,
+                )
+            )
     if budget is not None:
         await deps.store.touch(ns, [r.id for r in results], now)
     return results

@@ -1,6 +1,7 @@
 """The operations of PROTOCOL.md as plain async functions: `(ns, request, deps) -> reply`.
 
-They know nothing of NATS; `dispatch` turns bytes into requests and replies into bytes.
+They know nothing of NATS; `handlers.dispatch` turns bytes into requests and replies into
+bytes. Reads and writes go through `handlers.store`, vectors come from `handlers.embed`.
 """
 
 from __future__ import annotations
@@ -9,10 +10,10 @@ from collections.abc import Awaitable, Callable
 
 import msgspec
 
-from handlers.deps import Deps
-from handlers.reads import describe, get, list_
-from handlers.search import search
-from handlers.writes import add, clear_by_type, delete, update
+from handlers.ops.deps import Deps
+from handlers.ops.reads import describe, get, list_
+from handlers.ops.search import search
+from handlers.ops.writes import add, clear_by_type, delete, update
 
 Operation = Callable[[str, object, Deps], Awaitable[msgspec.Struct]]
 

@@ -1,6 +1,12 @@
-"""Common English function words: they match nearly every memory and only add noise to
-BM25, so full-text queries leave them out."""
+"""The words of a search query: lower-cased, common function words left out."""
 
+from __future__ import annotations
+
+import re
+
+_WORD_RE = re.compile(r"\w+", re.UNICODE)
+
+# Common English function words: they match nearly every memory and only add noise to BM25.
 STOPWORDS = frozenset(
     """
     a about above after again against all am an and any are as at be because been before being
@@ -14,11 +20,10 @@ STOPWORDS = frozenset(
     """.split()  # noqa: SIM905 - a word list reads better as text
 )
 
-# RediSearch's default stopword list, which our indexes use: such a word is not in the index,
-# and a query term that is one matches nothing of its own.
-INDEX_STOPWORDS = frozenset(
-    """
-    a is the an and are as at be but by for if in into it no not of on or such that their
-    then there these they this to was will with
-    """.split()  # noqa: SIM905
-)
+
+def query_terms(text: str) -> list[str]:
+    """Lower-cased words of a query, stopwords removed (unless that leaves none), first
+    occurrence kept."""
+    words = _WORD_RE.findall(text.lower())
+    kept = [w for w in words if w not in STOPWORDS] or words
+    return list(dict.fromkeys(kept))

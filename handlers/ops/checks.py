@@ -1,0 +1,60 @@
+"""Checks of a request that its Struct cannot express: known memory types, and content and
+metadata sizes measured the way the store keeps them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import msgspec
+
+from contracts import limits
+from contracts.types import TypeConfig, TypeTable
+from handlers.errors import InvalidRequest, TooLarge
+
+_encoder = msgspec.json.Encoder()
+
+
+def type_config(types: TypeTable, name: str) -> TypeConfig:
+    cfg = types.get(name)
+    if cfg is None:
+        raise InvalidRequest(f'Unknown memory type "{name}". Known types: {", ".join(types)}.')
+    return cfg
+
+
+def check_types(types: TypeTable, names: Iterable[str] | None) -> None:
+    for name in names or ():
+        type_config(types, name)
+
+
+def _depth(value: object) -> int:
+    if isinstance(value, dict):
+        return 1 + max((_depth(v) for v in value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max((_depth(v) for v in value), default=0)
+    return 0
+
+
+def check_metadata(value: dict[str, object] | None) -> str | None:
+    """The metadata as the JSON text we store, once it is known to be small and shallow."""
+    if value is None:
+        return None
+    data = _encoder.encode(value)
+    if len(data) > limits.MAX_METADATA_BYTES:
+        raise TooLarge(
+            f"`metadata` is {len(data)} bytes of JSON; the limit is {limits.MAX_METADATA_BYTES}."
+            " Keep metadata small and put long text in `content`."
+        )
+    if _depth(value) > limits.MAX_METADATA_NESTING:
+        raise InvalidRequest(
+            f"`metadata` nests more than {limits.MAX_METADATA_NESTING} levels deep; flatten it."
+        )
+    return data.decode()
+
+
+def check_content(content: str) -> None:
+    size = len(content.encode())
+    if size > limits.MAX_CONTENT_BYTES:
+        raise TooLarge(
+            f"`content` is {size} bytes; the limit is {limits.MAX_CONTENT_BYTES} (32 KiB)."
+            " Split it into several memories or store a summary."
+        )

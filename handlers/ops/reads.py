@@ -1,0 +1,83 @@
+"""Read operations: describe, list, get (search has its own module)."""
+
+from __future__ import annotations
+
+from contracts.messages import (
+    CompactListReply,
+    DescribeReply,
+    DescribeRequest,
+    GetReply,
+    GetRequest,
+    ListReply,
+    ListRequest,
+)
+from handlers.ops.budget import within
+from handlers.ops.checks import check_types
+from handlers.ops.clock import ms_to_dt
+from handlers.ops.deps import Deps
+from handlers.ops.replies import to_compact, to_memory
+from handlers.ops.scoping import read_scope
+from handlers.store.filters import read_filter
+from handlers.store.record import Record, Summary
+
+
+async def describe(ns: str, req: DescribeRequest, deps: Deps) -> DescribeReply:
+    scope = read_scope(req.scope, req.workflow_id)
+    meta = await deps.store.meta(ns)
+    groups = await deps.store.aggregate(ns, read_filter(deps.clock(), scope))
+    by_type: dict[str, int] = {}
+    tags: set[str] = set()
+    general_count = workflow_count = 0
+    oldest: int | None = None
+    newest: int | None = None
+    for g in groups:
+        by_type[g.type] = by_type.get(g.type, 0) + g.n
+        if g.general:
+            general_count += g.n
+        else:
+            workflow_count += g.n
+        tags |= g.tag_set()
+        lo, hi = int(g.oldest), int(g.newest)
+        oldest = lo if oldest is None else min(oldest, lo)
+        newest = hi if newest is None else max(newest, hi)
+    return DescribeReply(
+        total=general_count + workflow_count,
+        by_type=dict(sorted(by_type.items())),
+        tags=sorted(tags),
+        scope=scope.applied,  # type: ignore[arg-type]
+        workflow_id=scope.workflow_id,
+        workflow_count=workflow_count,
+        general_count=general_count,
+        oldest=ms_to_dt(oldest) if oldest is not None else None,
+        newest=ms_to_dt(newest) if newest is not None else None,
+        embedder=meta.embedder,
+        dimension=meta.dimension,
+    )
+
+
+async def list_(ns: str, req: ListRequest, deps: Deps) -> ListReply | CompactListReply:
+    check_types(deps.settings.types, req.types)
+    where = read_filter(
+        deps.clock(), read_scope(req.scope, req.workflow_id), types=req.types, tags=req.tags
+    )
+    if req.mode == "compact":
+        page = await deps.store.page(ns, where, Summary, offset=req.offset, limit=req.limit)
+        items = within(req.max_tokens, [to_compact(s) for s in page.items], lambda c: c.preview)
+        return CompactListReply(count=len(items), total=page.total, memories=items)
+    full = await deps.store.page(ns, where, Record, offset=req.offset, limit=req.limit)
+    memories = within(req.max_tokens, [to_memory(r) for r in full.items], lambda m: m.content)
+    return ListReply(count=len(memories), total=full.total, memories=memories)
+
+
+async def get(ns: str, req: GetRequest, deps: Deps) -> GetReply:
+    unique = list(dict.fromkeys(req.ids))
+    found = await deps.store.fetch(ns, unique, deps.clock())
+    by_id = {mid: f for mid, f in zip(unique, found, strict=True) if f is not None}
+    return GetReply(
+        memories=[
+            to_memory(f.record, f.access_count, f.last_accessed_ms)
+            for mid in req.ids
+            if (f := by_id.get(mid)) is not None
+        ],
+        missing=[mid for mid in unique if mid not in by_id],
+    )

@@ -1,0 +1,197 @@
+"""Write operations: add, update, delete, clear_by_type. Each change publishes its events."""
+
+from __future__ import annotations
+
+import hashlib
+
+import msgspec
+import numpy as np
+
+from contracts.messages import (
+    AddReply,
+    AddRequest,
+    ClearByTypeReply,
+    ClearByTypeRequest,
+    DeleteReply,
+    DeleteRequest,
+    UpdateReply,
+    UpdateRequest,
+)
+from handlers.errors import NotFound
+from handlers.ops.checks import check_content, check_metadata, type_config
+from handlers.ops.clock import expiry_dt, ms_to_dt
+from handlers.ops.deps import Deps
+from handlers.ops.events import publish_event
+from handlers.ops.ranking import similarity
+from handlers.ops.scoping import storage_workflow
+from handlers.ops.vectors import request_vector
+from handlers.store.filters import ReadScope, read_filter
+from handlers.store.ids import new_id
+from handlers.store.record import PERMANENT_MS, Record
+
+CLEAR_BATCH = 500
+
+
+def content_hash(type_: str, workflow_id: str | None, content: str) -> str:
+    """Exact-dedup key: the normalised content (case and runs of whitespace ignored) within
+    one type and one scope (a workflow, or general)."""
+    normal = " ".join(content.lower().split())
+    raw = f"{type_}\0{workflow_id or ''}\0{normal}".encode()
+    return hashlib.sha256(raw).hexdigest()[:32]
+
+
+def _expires(now: int, ttl_s: int | None) -> int:
+    return now + ttl_s * 1000 if ttl_s else PERMANENT_MS
+
+
+async def _repeated(ns: str, rec: Record, deps: Deps, now: int) -> AddReply:
+    """The reply to an add that repeated the live memory `rec` (mention already counted)."""
+    await publish_event(deps, ns, "updated", rec, now)
+    return AddReply(
+        id=rec.id,
+        workflow_id=rec.workflow_id,
+        importance=rec.importance,
+        expires_at=expiry_dt(rec.expires_at),
+        duplicate_of=rec.id,
+        mention_count=rec.mention_count,
+    )
+
+
+async def _near_duplicate(
+    ns: str, type_: str, workflow_id: str | None, vec: np.ndarray, threshold: float, deps: Deps
+) -> Record | None:
+    """Count a mention of the closest live memory of the same type and scope, if it is at
+    least `threshold` similar; that memory after the mention."""
+    scope = ReadScope(workflow_id=workflow_id, general=workflow_id is None)
+    where = read_filter(None, scope, types=[type_])
+    now = deps.clock()
+    for cand in await deps.store.knn(ns, vec, where, 3):
+        if cand.expires_at <= now:
+            continue
+        if similarity(cand.distance or 0.0) < threshold:
+            return None
+        rec = await deps.store.mention(ns, cand.id, now)
+        if rec is not None:
+            return rec
+    return None
+
+
+async def add(ns: str, req: AddRequest, deps: Deps) -> AddReply:
+    cfg = type_config(deps.settings.types, req.type)
+    check_content(req.content)
+    metadata = check_metadata(req.metadata)
+    vec = await request_vector(ns, deps, text=req.content, given=req.embedding)
+    now = deps.clock()
+    workflow_id = storage_workflow(cfg, req.scope, req.workflow_id)
+    chash = "" if req.dedup == "none" else content_hash(req.type, workflow_id, req.content)
+    rec = Record(
+        id=new_id(now),
+        type=req.type,
+        content=req.content,
+        tags=tuple(req.tags),
+        importance=cfg.importance if req.importance is None else req.importance,
+        workflow_id=workflow_id,
+        created_at=now,
+        updated_at=now,
+        expires_at=_expires(now, cfg.ttl_s if req.ttl_s is None else req.ttl_s),
+        agent_id=req.agent_id,
+        source=req.source,
+        metadata=metadata,
+        content_hash=chash,
+    )
+    if req.dedup != "semantic":
+        return await _write(ns, rec, vec, deps)
+    # The near-duplicate check and the write are one step across handlers: two similar adds
+    # at the same moment must not both miss each other. Exact repeats need no lock (Lua).
+    async with deps.store.exclusive(ns, f"dedup:{req.type}:{workflow_id or ''}"):
+        threshold = req.dedup_threshold or deps.settings.dedup_threshold
+        near = await _near_duplicate(ns, req.type, workflow_id, vec, threshold, deps)
+        if near is not None:
+            return await _repeated(ns, near, deps, deps.clock())
+        return await _write(ns, rec, vec, deps)
+
+
+async def _write(ns: str, rec: Record, vec: np.ndarray, deps: Deps) -> AddReply:
+    repeat = await deps.store.add(ns, rec, vec, rec.created_at)
+    if repeat is not None:
+        return await _repeated(ns, repeat, deps, rec.created_at)
+    await publish_event(deps, ns, "added", rec, rec.created_at)
+    return AddReply(
+        id=rec.id,
+        workflow_id=rec.workflow_id,
+        importance=rec.importance,
+        expires_at=expiry_dt(rec.expires_at),
+    )
+
+
+async def update(ns: str, req: UpdateRequest, deps: Deps) -> UpdateReply:
+    now = deps.clock()
+    missing = NotFound(
+        f'Memory "{req.id}" not found (it may have expired or been deleted).'
+        f" Use mem.{ns}.list or mem.{ns}.search to find current ids."
+    )
+    old = await deps.store.read(ns, req.id, now)
+    if old is None:
+        raise missing
+    new = msgspec.structs.replace(old, updated_at=now)
+    vec = None
+    if req.content is not None and req.content != old.content:
+        check_content(req.content)
+        vec = await request_vector(ns, deps, text=req.content)
+        new = msgspec.structs.replace(new, content=req.content)
+        if old.content_hash:  # a memory added with dedup "none" stays out of dedup
+            chash = content_hash(old.type, old.workflow_id, req.content)
+            new = msgspec.structs.replace(new, content_hash=chash)
+    if req.tags is not None:
+        new = msgspec.structs.replace(new, tags=tuple(req.tags))
+    if req.importance is not None:
+        new = msgspec.structs.replace(new, importance=req.importance)
+    if req.ttl_s is not None:
+        new = msgspec.structs.replace(new, expires_at=_expires(now, req.ttl_s))
+    if not await deps.store.update(ns, old, new, vec, now):
+        raise missing
+    await publish_event(deps, ns, "updated", new, now, agent_id=req.agent_id)
+    return UpdateReply(
+        id=new.id,
+        workflow_id=new.workflow_id,
+        importance=new.importance,
+        updated_at=ms_to_dt(now),
+        expires_at=expiry_dt(new.expires_at),
+    )
+
+
+async def _delete_and_announce(ns: str, ids: list[str], deps: Deps) -> tuple[int, list[str]]:
+    now = deps.clock()
+    deleted = await deps.store.delete(ns, ids, now)
+    missing = []
+    for mid, rec in zip(ids, deleted, strict=True):
+        if rec is None:
+            missing.append(mid)
+        else:
+            await publish_event(deps, ns, "deleted", rec, now)
+    return len(ids) - len(missing), missing
+
+
+async def delete(ns: str, req: DeleteRequest, deps: Deps) -> DeleteReply:
+    deleted, missing = await _delete_and_announce(ns, list(dict.fromkeys(req.ids)), deps)
+    return DeleteReply(deleted=deleted, missing=missing)
+
+
+async def clear_by_type(ns: str, req: ClearByTypeRequest, deps: Deps) -> ClearByTypeReply:
+    type_config(deps.settings.types, req.type)
+    if req.scope == "general":
+        scope = ReadScope(workflow_id=None, general=True)
+    else:
+        scope = ReadScope(workflow_id=req.workflow_id, general=False)
+    total = 0
+    while True:
+        where = read_filter(deps.clock(), scope, types=[req.type])
+        ids = await deps.store.ids(ns, where, CLEAR_BATCH)
+        if not ids:
+            break
+        deleted, _ = await _delete_and_announce(ns, ids, deps)
+        total += deleted
+        if deleted == 0:
+            # Everything we saw was removed by someone else meanwhile; the index has caught up.
+            break
+    return ClearByTypeReply(deleted=total)

@@ -1,0 +1,49 @@
+"""How Redis failures reach callers: a lost connection becomes `unavailable` (safe to retry),
+and a vanished index is told apart from other query errors."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable
+
+import redis.exceptions
+import structlog
+from redisvl.exceptions import RedisSearchError
+
+from handlers.errors import Unavailable
+
+log = structlog.get_logger("membus.store")
+
+
+def is_connection_error(exc: BaseException) -> bool:
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError):
+            return True
+        if isinstance(seen, OSError | ConnectionError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def is_missing_index(exc: BaseException) -> bool:
+    # RediSearch reports a missing index as an ordinary error whose wording varies by
+    # version, so matching the message is the only way to tell it apart.
+    text = str(exc).lower()
+    return "no such index" in text or "unknown index" in text or "not found" in text
+
+
+@contextlib.asynccontextmanager
+async def redis_errors(on_lost: Callable[[], None] | None = None) -> AsyncIterator[None]:
+    """Turn 'Redis is down' into `unavailable`, so clients know a retry is safe."""
+    try:
+        yield
+    except (redis.exceptions.RedisError, RedisSearchError, OSError) as exc:
+        if is_connection_error(exc):
+            log.warning("redis.unreachable", error=repr(exc))
+            if on_lost is not None:
+                on_lost()
+            raise Unavailable(
+                "The memory store (Redis) is unreachable right now; retry shortly."
+            ) from exc
+        raise

@@ -1,0 +1,59 @@
+"""Every Redis key the service uses, in one place. All start with `membus:`; a namespace's
+keys carry its name, so namespaces never share a key (namespace names hold no `:`)."""
+
+from __future__ import annotations
+
+ROOT = "membus"
+# redisvl's embeddings cache (see `handlers.embed.cache`): shared by every namespace.
+EMBED_CACHE = f"{ROOT}:embcache"
+
+
+def index_name(ns: str) -> str:
+    """The namespace's RediSearch index."""
+    return f"{ROOT}:{ns}"
+
+
+def record_prefix(ns: str) -> str:
+    """Prefix of the namespace's memory hashes: the only keys its index covers."""
+    return f"{ROOT}:{ns}:m:"
+
+
+def record_key(ns: str, memory_id: str) -> str:
+    return record_prefix(ns) + memory_id
+
+
+def id_of(ns: str, key: str) -> str:
+    """The memory id in a record key."""
+    return key.removeprefix(record_prefix(ns))
+
+
+def access_key(ns: str, memory_id: str) -> str:
+    """A memory's access counters: kept out of the indexed hash, so reads never re-index it."""
+    return f"{ROOT}:{ns}:a:{memory_id}"
+
+
+def dedup_prefix(ns: str) -> str:
+    """Prefix of the exact-dedup keys (content hash -> memory id)."""
+    return f"{ROOT}:{ns}:h:"
+
+
+def dedup_key(ns: str, content_hash: str) -> str:
+    """The dedup key of a content hash, or "" (no key) for a memory outside dedup."""
+    return dedup_prefix(ns) + content_hash if content_hash else ""
+
+
+def lock_key(ns: str, name: str) -> str:
+    return f"{ROOT}:{ns}:lock:{name}"
+
+
+def meta_key(ns: str) -> str:
+    """What the namespace's vectors are (embedder and dimension), set by its first writer."""
+    return f"{ROOT}:meta:{ns}"
+
+
+def memory_keys(ns: str, ids: list[str]) -> list[str]:
+    """Record and access key of each memory, interleaved, as the Lua scripts take them."""
+    keys: list[str] = []
+    for mid in ids:
+        keys += [record_key(ns, mid), access_key(ns, mid)]
+    return keys

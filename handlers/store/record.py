@@ -1,0 +1,140 @@
+"""A memory as stored: one Redis hash, described by one msgspec Struct.
+
+The Structs use the protocol's field names; `rename` maps them to the hash's short storage
+names. `new_fields` gives the hash to HSET (with the fields only the index reads), and
+`decode` turns HMGET or FT.SEARCH values back into a Struct with `msgspec.convert(...,
+strict=False)`, which parses the stored strings as ints and floats. A new field is one line
+in `Record` (and, when it is searched or filtered, one entry in `schema.py`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, TypeVar
+
+import msgspec
+
+# Permanent memories get an expiry far in the future, so one numeric range filters expiry.
+PERMANENT_MS = 253_402_300_799_000  # 9999-12-31T23:59:59Z
+# The `general` tag of a memory stored outside any workflow ("0" inside one).
+GENERAL = "1"
+# Protocol name -> storage name, where they differ.
+STORAGE_NAMES = {"workflow_id": "wf", "content_hash": "chash"}
+
+
+class Summary(msgspec.Struct, kw_only=True, rename=STORAGE_NAMES):
+    """What a compact listing reads of a memory."""
+
+    id: str
+    type: str
+    content: str = ""
+    # Stored comma-joined: the TAG field's separator.
+    tags: tuple[str, ...] = ()
+    importance: float = 0.0
+    # None: a general memory, found from every workflow.
+    workflow_id: str | None = None
+    created_at: int  # epoch ms, like every time of a record
+
+
+class Record(Summary, kw_only=True):
+    """A whole memory as stored, but for its embedding (only the index reads that)."""
+
+    updated_at: int
+    # PERMANENT_MS for a memory that never expires.
+    expires_at: int
+    agent_id: str | None = None
+    source: str | None = None
+    # The metadata object as JSON text, exactly as the writer sent it.
+    metadata: str | None = None
+    mention_count: int = 1
+    # The exact-dedup key; "" for a memory added with `dedup: "none"`.
+    content_hash: str = ""
+
+
+class Candidate(
+    msgspec.Struct,
+    kw_only=True,
+    rename={**STORAGE_NAMES, "distance": "vector_distance", "text_score": "__score"},
+):
+    """A search candidate: what ranking needs of a memory, before the winners are read."""
+
+    id: str
+    importance: float
+    created_at: int
+    expires_at: int
+    mention_count: int = 1
+    # Cosine distance (0..2) from the vector query; BM25 from the full-text query.
+    distance: float | None = None
+    text_score: float | None = None
+
+
+class Fetched(NamedTuple):
+    """A live memory as a read returns it: the record and its access counters as they were
+    before this read."""
+
+    record: Record
+    access_count: int
+    last_accessed_ms: int | None
+
+
+class TypeGroup(msgspec.Struct, kw_only=True):
+    """One row of `describe`'s aggregation: the live memories of one type on one side of
+    the scope (general or workflow), without their content."""
+
+    type: str
+    general: bool
+    n: int
+    tags: list[str] = []  # each a memory's comma-joined tags
+    oldest: float
+    newest: float
+
+    def tag_set(self) -> set[str]:
+        return {t for raw in self.tags for t in raw.split(",") if t}
+
+
+S = TypeVar("S", bound=msgspec.Struct)
+
+
+def storage_fields(cls: type[msgspec.Struct]) -> tuple[str, ...]:
+    return tuple(f.encode_name for f in msgspec.structs.fields(cls))
+
+
+# Fields stored as one comma-joined string.
+_TAG_LISTS = tuple(
+    f.encode_name for f in msgspec.structs.fields(Record) if f.type == tuple[str, ...]
+)
+# What a read of a whole record asks for. `expires_at` first: the read and delete scripts
+# check it before anything else.
+RECORD_FIELDS = ("expires_at", *(f for f in storage_fields(Record) if f != "expires_at"))
+SUMMARY_FIELDS = storage_fields(Summary)
+# What the search queries return of each candidate (its id comes from the key).
+CANDIDATE_FIELDS = tuple(f for f in storage_fields(Candidate) if f in RECORD_FIELDS and f != "id")
+
+
+def _stored(rec: Record) -> dict[str, Any]:
+    """Every field of the hash, by storage name, with those only the index reads."""
+    out = msgspec.to_builtins(rec)
+    for name in _TAG_LISTS:
+        out[name] = ",".join(out[name])
+    out["general"] = GENERAL if rec.workflow_id is None else "0"
+    # Tags spelled out as words, so full-text search matches them too.
+    out["tagtext"] = " ".join(rec.tags)
+    return out
+
+
+def new_fields(rec: Record) -> dict[str, Any]:
+    """The hash of a new memory: every field that has a value."""
+    return {k: v for k, v in _stored(rec).items() if v is not None and v != ""}
+
+
+def changed_fields(old: Record, new: Record) -> dict[str, Any]:
+    """What to HSET to turn `old` into `new` (a field that became empty is set to "")."""
+    before = _stored(old)
+    return {k: "" if v is None else v for k, v in _stored(new).items() if v != before.get(k)}
+
+
+def decode(cls: type[S], values: dict[str, str]) -> S:
+    """A Struct from stored string values (missing fields take their defaults)."""
+    for name in _TAG_LISTS:
+        if name in values:
+            values[name] = [t for t in values[name].split(",") if t]  # type: ignore[assignment]
+    return msgspec.convert(values, cls, strict=False)

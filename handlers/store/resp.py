@@ -1,0 +1,74 @@
+"""Raw Redis replies parsed into plain Python: FT.SEARCH pages, FT.AGGREGATE rows and
+FT.INFO attributes, in RESP2 or RESP3. The store sends some commands raw because redis-py's
+own result objects cost more to build than the query takes in Redis."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+def text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+@dataclass(slots=True)
+class Found:
+    """An FT.SEARCH reply: the total that matched and (key, fields) of the returned page."""
+
+    total: int
+    docs: list[tuple[str, dict[str, str]]]
+
+
+def pairs(flat: list[Any]) -> dict[str, str]:
+    return {text(flat[i]): text(flat[i + 1]) for i in range(0, len(flat), 2)}
+
+
+def parse_search(raw: Any, with_scores: bool = False) -> Found:
+    """Parse a raw FT.SEARCH reply (RESP2 or RESP3); a score lands in the `__score` field."""
+    if isinstance(raw, dict):  # RESP3
+        rows = raw.get(b"results", raw.get("results")) or []
+        docs = []
+        for row in rows:
+            attrs = row.get(b"extra_attributes", row.get("extra_attributes")) or {}
+            fields = {text(k): text(v) for k, v in attrs.items()}
+            score = row.get(b"score", row.get("score"))
+            if with_scores and score is not None:
+                fields["__score"] = text(score)
+            docs.append((text(row.get(b"id", row.get("id"))), fields))
+        return Found(int(raw.get(b"total_results", raw.get("total_results")) or 0), docs)
+    total, rest = int(raw[0]), raw[1:]
+    step = 3 if with_scores else 2
+    if rest and not with_scores and not isinstance(rest[1 if len(rest) > 1 else 0], list):
+        return Found(total, [(text(key), {}) for key in rest])  # NOCONTENT
+    docs = []
+    for i in range(0, len(rest), step):
+        fields = pairs(rest[i + step - 1])
+        if with_scores:
+            fields["__score"] = text(rest[i + 1])
+        docs.append((text(rest[i]), fields))
+    return Found(total, docs)
+
+
+def parse_row(raw: list[Any]) -> dict[str, Any]:
+    """One FT.AGGREGATE row: alternating names and values (a value may be a list)."""
+    row: dict[str, Any] = {}
+    for i in range(0, len(raw), 2):
+        value = raw[i + 1]
+        row[text(raw[i])] = [text(v) for v in value] if isinstance(value, list) else text(value)
+    return row
+
+
+def index_attributes(info: Any) -> set[str]:
+    """Field names of an index, from a raw FT.INFO reply (RESP2 list or RESP3 map)."""
+    if isinstance(info, list):
+        info = {text(info[i]): info[i + 1] for i in range(0, len(info), 2)}
+    attrs = info.get("attributes", info.get(b"attributes", []))
+    names = set()
+    for attr in attrs:
+        if isinstance(attr, dict):
+            names.add(text(attr.get(b"attribute", attr.get("attribute", b""))))
+        else:
+            fields = {text(attr[i]): attr[i + 1] for i in range(0, len(attr) - 1, 2)}
+            names.add(text(fields.get("attribute", b"")))
+    return names

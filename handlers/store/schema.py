@@ -1,0 +1,58 @@
+"""A namespace's RediSearch index, as data for redisvl: which record fields are searched
+and filtered, and how. The fields themselves are `record.Record`'s."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from handlers.store.keys import index_name, record_prefix
+
+# The hash field that holds a memory's embedding (float32 bytes), written beside the record.
+VECTOR_FIELD = "embedding"
+# Full-text fields a text query matches, content first.
+TEXT_FIELDS = ("content", "tagtext")
+
+
+class NamespaceMeta(msgspec.Struct, frozen=True):
+    """What a namespace's vectors are: recorded once, when its index is created."""
+
+    embedder: str
+    dimension: int
+
+
+def schema_dict(ns: str, dimension: int) -> dict[str, Any]:
+    return {
+        "index": {
+            "name": index_name(ns),
+            "prefix": record_prefix(ns),
+            "key_separator": ":",
+            "storage_type": "hash",
+        },
+        "fields": [
+            # Sortable fields sit in RediSearch's own sorting vector, so `describe`'s
+            # aggregation groups on them without loading each hash.
+            {"name": "type", "type": "tag", "attrs": {"case_sensitive": True, "sortable": True}},
+            {"name": "tags", "type": "tag", "attrs": {"separator": ",", "sortable": True}},
+            {"name": "wf", "type": "tag", "attrs": {"case_sensitive": True}},
+            {"name": "general", "type": "tag", "attrs": {"sortable": True}},
+            {"name": "agent_id", "type": "tag", "attrs": {"case_sensitive": True}},
+            {"name": "content", "type": "text"},
+            {"name": "tagtext", "type": "text"},
+            {"name": "mention_count", "type": "numeric", "attrs": {"sortable": True}},
+            {"name": "importance", "type": "numeric", "attrs": {"sortable": True}},
+            {"name": "created_at", "type": "numeric", "attrs": {"sortable": True}},
+            {"name": "expires_at", "type": "numeric", "attrs": {"sortable": True}},
+            {
+                "name": VECTOR_FIELD,
+                "type": "vector",
+                "attrs": {
+                    "algorithm": "hnsw",
+                    "dims": dimension,
+                    "distance_metric": "cosine",
+                    "datatype": "float32",
+                },
+            },
+        ],
+    }

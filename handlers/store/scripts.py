@@ -1,0 +1,154 @@
+"""Lua scripts that make multi-key reads and writes of a memory atomic in Redis.
+
+The scripts name record fields as `$field` (the protocol's name), replaced by the field's
+storage name from `record.Record`, so a renamed field changes in one place. Where a script
+returns a record, the caller says which fields, `expires_at` first.
+"""
+
+from __future__ import annotations
+
+from string import Template
+
+import msgspec
+
+from handlers.store.record import Record
+
+_NAMES = {f.name: f.encode_name for f in msgspec.structs.fields(Record)}
+
+
+def _script(source: str) -> str:
+    return Template(source).substitute(_NAMES)
+
+
+# Read live memories and (when ARGV[2] is '1') count this access, in one round trip. ARGV[1]
+# is now (ms), ARGV[3..] the record fields to return, `expires_at` first. Each result is
+# false (missing or expired) or the field values followed by the access counters as they were
+# before this access. The access hash inherits the record's expiry; checking the record first
+# keeps a bump from resurrecting a deleted memory as a stray key.
+FETCH_LUA = _script("""
+local out = {}
+local now = tonumber(ARGV[1])
+local fields = {}
+for j = 3, #ARGV do fields[#fields + 1] = ARGV[j] end
+for i = 1, #KEYS, 2 do
+  local rec, acc = KEYS[i], KEYS[i + 1]
+  local vals = redis.call('HMGET', rec, unpack(fields))
+  if vals[1] and tonumber(vals[1]) > now then
+    local old = redis.call('HMGET', acc, 'access_count', 'last_accessed_at')
+    if ARGV[2] == '1' then
+      redis.call('HINCRBY', acc, 'access_count', 1)
+      redis.call('HSET', acc, 'last_accessed_at', ARGV[1])
+      local t = redis.call('PEXPIRETIME', rec)
+      if t > 0 then redis.call('PEXPIREAT', acc, t) end
+    end
+    vals[#fields + 1] = old[1]
+    vals[#fields + 2] = old[2]
+    out[#out + 1] = vals
+  else
+    out[#out + 1] = false
+  end
+end
+return out
+""")
+
+# Delete live memories (record, access and dedup keys) and return each one's fields,
+# atomically, so that two concurrent deletes report (and publish) each memory once.
+# KEYS: record and access key of each memory. ARGV[1] is now (ms), ARGV[2] the namespace's
+# dedup key prefix, ARGV[3..] the fields to return, `expires_at` first. Each result is false
+# (missing or expired) or the field values.
+DELETE_LUA = _script("""
+local out = {}
+local now = tonumber(ARGV[1])
+local fields = {}
+for j = 3, #ARGV do fields[#fields + 1] = ARGV[j] end
+for i = 1, #KEYS, 2 do
+  local rec, acc = KEYS[i], KEYS[i + 1]
+  local f = redis.call('HMGET', rec, '$id', '$content_hash')
+  if f[2] and redis.call('GET', ARGV[2] .. f[2]) == f[1] then
+    redis.call('DEL', ARGV[2] .. f[2])
+  end
+  local vals = redis.call('HMGET', rec, unpack(fields))
+  if f[1] and tonumber(vals[1] or '0') > now then
+    redis.call('DEL', rec, acc)
+    out[#out + 1] = vals
+  else
+    if f[1] then redis.call('DEL', rec, acc) end
+    out[#out + 1] = false
+  end
+end
+return out
+""")
+
+# Add a memory unless its exact content (same type and scope) is already live: then count a
+# mention of that memory (mention_count, updated_at) instead and return it. Check and write
+# are one atomic step, so two handlers adding the same content at the same moment leave one
+# record. KEYS: dedup key ('' when the add opted out of dedup), new record key. ARGV: now,
+# expires (ms, or 0 for permanent), record key prefix, n, the n fields to return of a
+# repeated memory, then the new record's field/value pairs. Returns false when it wrote the
+# new memory, else the repeated memory's field values.
+ADD_LUA = _script("""
+local dkey, rec = KEYS[1], KEYS[2]
+local now = tonumber(ARGV[1])
+local n = tonumber(ARGV[4])
+local existing = false
+if dkey ~= '' then existing = redis.call('GET', dkey) end
+if existing then
+  local old = ARGV[3] .. existing
+  local expires = redis.call('HGET', old, '$expires_at')
+  if expires and tonumber(expires) > now then
+    redis.call('HINCRBY', old, '$mention_count', 1)
+    redis.call('HSET', old, '$updated_at', ARGV[1])
+    local fields = {}
+    for j = 5, 4 + n do fields[#fields + 1] = ARGV[j] end
+    return redis.call('HMGET', old, unpack(fields))
+  end
+end
+local pairs = {}
+for j = 5 + n, #ARGV do pairs[#pairs + 1] = ARGV[j] end
+redis.call('HSET', rec, unpack(pairs))
+if ARGV[2] ~= '0' then redis.call('PEXPIREAT', rec, ARGV[2]) end
+if dkey ~= '' then
+  redis.call('SET', dkey, redis.call('HGET', rec, '$id'))
+  if ARGV[2] ~= '0' then redis.call('PEXPIREAT', dkey, ARGV[2]) end
+end
+return false
+""")
+
+# Count one more mention of a live memory (a near-duplicate add). KEYS: record. ARGV: now,
+# then the fields to return. Returns false when the memory is gone, else its field values
+# after the mention.
+MENTION_LUA = _script("""
+local f = redis.call('HMGET', KEYS[1], '$expires_at', '$id')
+if not f[2] or tonumber(f[1]) <= tonumber(ARGV[1]) then return false end
+redis.call('HINCRBY', KEYS[1], '$mention_count', 1)
+redis.call('HSET', KEYS[1], '$updated_at', ARGV[1])
+local fields = {}
+for j = 2, #ARGV do fields[#fields + 1] = ARGV[j] end
+return redis.call('HMGET', KEYS[1], unpack(fields))
+""")
+
+# Update a live memory: set fields, move its dedup key, and re-apply expiry to every key.
+# KEYS: record, access, old dedup key, new dedup key. ARGV: now, expiry ('keep', 'persist' or
+# ms), then field/value pairs. Returns false when the memory is missing or expired.
+UPDATE_LUA = _script("""
+local rec, acc, olddk, newdk = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local now = tonumber(ARGV[1])
+local f = redis.call('HMGET', rec, '$id', '$expires_at')
+if not f[1] or tonumber(f[2]) <= now then return false end
+local pairs = {}
+for j = 3, #ARGV do pairs[#pairs + 1] = ARGV[j] end
+if #pairs > 0 then redis.call('HSET', rec, unpack(pairs)) end
+if olddk ~= newdk and newdk ~= '' then
+  if redis.call('GET', olddk) == f[1] then redis.call('DEL', olddk) end
+  redis.call('SET', newdk, f[1], 'NX')
+end
+local keys = {rec, acc}
+if newdk ~= '' and redis.call('GET', newdk) == f[1] then keys[#keys + 1] = newdk end
+local t
+if ARGV[2] == 'keep' then t = redis.call('PEXPIRETIME', rec) else t = ARGV[2] end
+for _, k in ipairs(keys) do
+  if t == 'persist' or t == -1 then redis.call('PERSIST', k)
+  elseif tonumber(t) > 0 then redis.call('PEXPIREAT', k, t) end
+end
+return 1
+""")

@@ -1,0 +1,333 @@
+"""The Redis Stack store: every Redis read and write of the service, in typed records.
+
+A memory is one hash (`keys.record_key`, indexed, the fields of `record.Record` plus its
+embedding) and, once it has been read, a small access hash (`keys.access_key`, not indexed, so
+read bumps never re-index the vector). Both keys carry the same PEXPIREAT, so Redis itself
+expires memories. Queries are built with redisvl and sent as raw FT.SEARCH (see `resp`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Awaitable, Callable
+from typing import Any, Generic, NamedTuple, TypeVar
+
+import msgspec
+import numpy as np
+import redis.asyncio as aioredis
+import redis.exceptions
+from redis.commands.search import reducers
+from redis.commands.search.aggregation import AggregateRequest
+from redis.commands.search.query import Query
+from redisvl.exceptions import RedisSearchError
+from redisvl.index import AsyncSearchIndex
+from redisvl.query import CountQuery, FilterQuery, VectorQuery
+from redisvl.query.filter import FilterExpression
+
+from handlers.store import keys
+from handlers.store.failures import is_connection_error, is_missing_index, redis_errors
+from handlers.store.filters import text_match
+from handlers.store.indexes import Indexes
+from handlers.store.lock import locked
+from handlers.store.policy import HybridPolicy
+from handlers.store.record import (
+    CANDIDATE_FIELDS,
+    PERMANENT_MS,
+    RECORD_FIELDS,
+    SUMMARY_FIELDS,
+    Candidate,
+    Fetched,
+    Record,
+    Summary,
+    TypeGroup,
+    changed_fields,
+    decode,
+    new_fields,
+)
+from handlers.store.resp import Found, parse_row, parse_search, text
+from handlers.store.schema import VECTOR_FIELD, NamespaceMeta
+from handlers.store.scripts import ADD_LUA, DELETE_LUA, FETCH_LUA, MENTION_LUA, UPDATE_LUA
+
+T = TypeVar("T")
+S = TypeVar("S", Summary, Record)
+
+
+class Page(NamedTuple, Generic[S]):
+    """A page of a listing and the total that matched."""
+
+    total: int
+    items: list[S]
+
+
+def _record(names: tuple[str, ...], values: list[Any]) -> Record:
+    return decode(Record, {n: text(v) for n, v in zip(names, values, strict=True) if v is not None})
+
+
+def _args(fields: dict[str, Any]) -> list[Any]:
+    out: list[Any] = []
+    for name, value in fields.items():
+        out += [name, value]
+    return out
+
+
+class Store:
+    """Namespace indexes and every Redis read and write of the service."""
+
+    def __init__(self, client: aioredis.Redis, embedder_name: str, dimension: int) -> None:
+        self.client = client
+        self.indexes = Indexes(client, NamespaceMeta(embedder_name, dimension), self._guard)
+        self._policy = HybridPolicy()
+        self._fetch = client.register_script(FETCH_LUA)
+        self._delete = client.register_script(DELETE_LUA)
+        self._add = client.register_script(ADD_LUA)
+        self._mention = client.register_script(MENTION_LUA)
+        self._update = client.register_script(UPDATE_LUA)
+
+    async def meta(self, ns: str) -> NamespaceMeta:
+        """What the namespace's vectors are (its index is created on first use)."""
+        return (await self.indexes.get(ns)).meta
+
+    def _guard(self) -> contextlib.AbstractAsyncContextManager[None]:
+        # A Redis that comes back may have lost its indexes (a restart without persistence),
+        # so after a lost connection every namespace is checked again on next use.
+        return redis_errors(self.indexes.forget_all)
+
+    def exclusive(
+        self, ns: str, name: str, hold_s: float = 5.0
+    ) -> contextlib.AbstractAsyncContextManager[None]:
+        """A lock shared by every handler (see `lock.locked`)."""
+        return locked(self.client, keys.lock_key(ns, name), hold_s, self._guard)
+
+    # ------------------------------------------------------------------------- writes
+
+    async def add(self, ns: str, rec: Record, vector: np.ndarray, now_ms: int) -> Record | None:
+        """Write a new memory, or, when its content hash is live already, count a mention of
+        that memory instead and return it (one atomic script)."""
+        fields = new_fields(rec)
+        fields[VECTOR_FIELD] = vector.astype(np.float32).tobytes()
+        expires = 0 if rec.expires_at == PERMANENT_MS else rec.expires_at
+        args: list[Any] = [now_ms, expires, keys.record_prefix(ns), len(RECORD_FIELDS)]
+        args += RECORD_FIELDS
+        dedup = keys.dedup_key(ns, rec.content_hash)
+        async with self._guard():
+            out = await self._add(
+                keys=[dedup, keys.record_key(ns, rec.id)], args=args + _args(fields)
+            )
+        return _record(RECORD_FIELDS, out) if out else None
+
+    async def mention(self, ns: str, memory_id: str, now_ms: int) -> Record | None:
+        """Count one more mention of a live memory; the memory after it, or None if gone."""
+        async with self._guard():
+            out = await self._mention(
+                keys=[keys.record_key(ns, memory_id)], args=[now_ms, *RECORD_FIELDS]
+            )
+        return _record(RECORD_FIELDS, out) if out else None
+
+    async def update(
+        self, ns: str, old: Record, new: Record, vector: np.ndarray | None, now_ms: int
+    ) -> bool:
+        """Turn a live memory `old` into `new` (its dedup key and expiry follow, on every key
+        of the memory); False when it is gone."""
+        fields = changed_fields(old, new)
+        if vector is not None:
+            fields[VECTOR_FIELD] = vector.astype(np.float32).tobytes()
+        if new.expires_at == old.expires_at:
+            expiry = "keep"
+        else:
+            expiry = "persist" if new.expires_at == PERMANENT_MS else str(new.expires_at)
+        memory_keys = [
+            keys.record_key(ns, old.id),
+            keys.access_key(ns, old.id),
+            keys.dedup_key(ns, old.content_hash),
+            keys.dedup_key(ns, new.content_hash),
+        ]
+        async with self._guard():
+            return bool(await self._update(keys=memory_keys, args=[now_ms, expiry, *_args(fields)]))
+
+    async def delete(self, ns: str, ids: list[str], now_ms: int) -> list[Record | None]:
+        """Delete live memories; each one's record as it was, or None where missing."""
+        if not ids:
+            return []
+        args: list[Any] = [now_ms, keys.dedup_prefix(ns), *RECORD_FIELDS]
+        async with self._guard():
+            rows = await self._delete(keys=keys.memory_keys(ns, ids), args=args)
+        return [_record(RECORD_FIELDS, row) if row else None for row in rows]
+
+    # ------------------------------------------------------------------------- reads by id
+
+    async def read(self, ns: str, memory_id: str, now_ms: int) -> Record | None:
+        """A live memory, without counting an access."""
+        async with self._guard():
+            values = await self.client.hmget(keys.record_key(ns, memory_id), RECORD_FIELDS)
+        if values[RECORD_FIELDS.index("id")] is None:
+            return None
+        rec = _record(RECORD_FIELDS, values)
+        return rec if rec.expires_at > now_ms else None
+
+    async def fetch(
+        self, ns: str, ids: list[str], now_ms: int, count_access: bool = True
+    ) -> list[Fetched | None]:
+        """Live memories by id, in order (None where missing or expired), counting an access
+        unless told not to (then `touch` counts it for those that are returned)."""
+        if not ids:
+            return []
+        flag = "1" if count_access else "0"
+        async with self._guard():
+            rows = await self._fetch(
+                keys=keys.memory_keys(ns, ids), args=[now_ms, flag, *RECORD_FIELDS]
+            )
+        found: list[Fetched | None] = []
+        for row in rows:
+            if not row:
+                found.append(None)
+                continue
+            *values, count, last = row
+            found.append(
+                Fetched(
+                    _record(RECORD_FIELDS, values),
+                    access_count=int(count) if count else 0,
+                    last_accessed_ms=int(last) if last else None,
+                )
+            )
+        return found
+
+    async def touch(self, ns: str, ids: list[str], now_ms: int) -> None:
+        """Count an access to each live memory."""
+        if ids:
+            async with self._guard():
+                await self._fetch(
+                    keys=keys.memory_keys(ns, ids), args=[now_ms, "1", RECORD_FIELDS[0]]
+                )
+
+    async def vectors(self, ns: str, ids: list[str]) -> dict[str, np.ndarray]:
+        """Stored embeddings by id (for candidates that the vector query did not return)."""
+        if not ids:
+            return {}
+        async with self._guard():
+            pipe = self.client.pipeline(transaction=False)
+            for mid in ids:
+                pipe.hget(keys.record_key(ns, mid), VECTOR_FIELD)
+            raw = await pipe.execute()
+        return {
+            mid: np.frombuffer(blob, dtype=np.float32)
+            for mid, blob in zip(ids, raw, strict=True)
+            if blob
+        }
+
+    # ------------------------------------------------------------------------- queries
+
+    async def knn(
+        self, ns: str, vector: np.ndarray, where: FilterExpression, k: int
+    ) -> list[Candidate]:
+        """The k nearest memories passing `where`."""
+        query = VectorQuery(
+            vector=vector.astype(np.float32).tobytes(),
+            vector_field_name=VECTOR_FIELD,
+            return_fields=list(CANDIDATE_FIELDS),
+            filter_expression=where,
+            num_results=k,
+            hybrid_policy=await self.hybrid_policy(ns, where),
+        )
+        return self._candidates(ns, await self._search(ns, query))
+
+    async def hybrid_policy(self, ns: str, where: FilterExpression) -> str:
+        """The RediSearch hybrid policy a vector query with this filter runs with."""
+
+        async def count(filter_: str) -> int:
+            return (await self._search(ns, CountQuery(filter_expression=filter_))).total
+
+        return await self._policy.choose(ns, str(where), count)
+
+    async def text(
+        self,
+        ns: str,
+        terms: list[str],
+        where: FilterExpression,
+        k: int,
+        among: list[str] | None = None,
+    ) -> list[Candidate]:
+        """The k best full-text (BM25) matches of any of `terms` in content or tags; with
+        `among`, only those memories (ids) are scored."""
+        query = Query(text_match(terms, where)).scorer("BM25STD").with_scores()
+        if among is not None:
+            query = query.limit_ids(*(keys.record_key(ns, mid) for mid in among))
+        query = query.return_fields(*CANDIDATE_FIELDS).paging(0, k).dialect(2)
+        return self._candidates(ns, await self._search(ns, query, with_scores=True))
+
+    def _candidates(self, ns: str, found: Found) -> list[Candidate]:
+        out = []
+        for key, fields in found.docs:
+            fields["id"] = keys.id_of(ns, key)
+            out.append(decode(Candidate, fields))
+        return out
+
+    async def page(
+        self, ns: str, where: FilterExpression, shape: type[S], *, offset: int, limit: int
+    ) -> Page[S]:
+        """Memories newest first (as `Summary` or whole `Record`), with the total that match."""
+        names = SUMMARY_FIELDS if shape is Summary else RECORD_FIELDS
+        query = FilterQuery(
+            filter_expression=where,
+            return_fields=list(names),
+            num_results=limit,
+            sort_by=("created_at", "DESC"),
+        )
+        query.paging(offset, limit)
+        found = await self._search(ns, query)
+        items = []
+        for key, fields in found.docs:
+            fields["id"] = keys.id_of(ns, key)
+            items.append(decode(shape, fields))
+        return Page(found.total, items)
+
+    async def ids(self, ns: str, where: FilterExpression, limit: int) -> list[str]:
+        """Ids of up to `limit` matching memories (no content loaded)."""
+        query = FilterQuery(filter_expression=where, num_results=limit)
+        query.no_content()
+        found = await self._search(ns, query)
+        return [keys.id_of(ns, key) for key, _ in found.docs]
+
+    async def aggregate(self, ns: str, where: FilterExpression) -> list[TypeGroup]:
+        """Counts by type and scope side, tag lists and created_at bounds: no content."""
+        req = (
+            AggregateRequest(str(where))
+            .group_by(
+                ["@type", "@general"],
+                reducers.count().alias("n"),
+                reducers.tolist("@tags").alias("tags"),
+                reducers.min("@created_at").alias("oldest"),
+                reducers.max("@created_at").alias("newest"),
+            )
+            .dialect(2)
+        )
+        result = await self._on_index(ns, lambda index: index.aggregate(req))
+        return [msgspec.convert(parse_row(raw), TypeGroup, strict=False) for raw in result.rows]
+
+    async def _on_index(self, ns: str, run: Callable[[AsyncSearchIndex], Awaitable[T]]) -> T:
+        """Run a query against the namespace's index; if the index vanished under us
+        (dropped or flushed), create it again and retry, once."""
+        index = (await self.indexes.get(ns)).index
+        async with self._guard():
+            try:
+                return await run(index)
+            except (redis.exceptions.ResponseError, RedisSearchError) as exc:
+                if not is_missing_index(exc) or is_connection_error(exc):
+                    raise
+            self.indexes.forget(ns)
+            index = (await self.indexes.get(ns)).index
+            return await run(index)
+
+    async def _search(self, ns: str, query: Any, with_scores: bool = False) -> Found:
+        """Run a redisvl (or redis-py) query as a raw FT.SEARCH: redis-py's own result
+        objects cost more to build than the query takes in Redis."""
+        args: list[Any] = list(query.get_args())
+        if params := getattr(query, "params", None):
+            args += ["PARAMS", 2 * len(params)]
+            for key, value in params.items():
+                args += [key, value]
+
+        async def run(index: AsyncSearchIndex) -> Found:
+            raw = await self.client.execute_command("FT.SEARCH", index.name, *args)
+            return parse_search(raw, with_scores)
+
+        return await self._on_index(ns, run)

@@ -1,0 +1,40 @@
+"""A stand-in for the NATS client under `MemoryBus`: requests run `dispatch()` in this process.
+
+The SDK only calls `request()` for operations; that is answered here exactly as a handler
+answers it (reply body, and the micro error headers on an error), so the same tests hold
+through either path. Everything else (subscribe, publish, inboxes) goes to a real connection.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
+from nats.errors import NoRespondersError
+from nats.micro.request import ERROR_CODE_HEADER, ERROR_HEADER
+
+from contracts.subjects import OPERATIONS, parse_request_subject
+from handlers.dispatch import dispatch
+from handlers.ops import Deps
+
+
+class InProcess:
+    def __init__(self, nc: NatsClient, deps: Deps) -> None:
+        self.nc = nc
+        self.deps = deps
+
+    async def request(
+        self, subject: str, payload: bytes = b"", timeout: float = 0.5, **_: Any
+    ) -> Msg:
+        parsed = parse_request_subject(subject)
+        if parsed is None or parsed[1] not in OPERATIONS:
+            raise NoRespondersError  # no handler subscribes to that subject
+        body, error = await dispatch(parsed[1], subject, payload, self.deps)
+        headers = None
+        if error is not None:
+            headers = {ERROR_HEADER: error.message, ERROR_CODE_HEADER: error.status}
+        return Msg(_client=self.nc, subject=subject, data=body, headers=headers)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.nc, name)
