@@ -15,7 +15,7 @@ from contracts.types import DEFAULT_TYPES, TypeConfig
 from handlers.embed import HashEmbedder
 from handlers.ops.clock import dt_to_ms, ms_to_dt
 from handlers.ops.scoping import read_scope
-from handlers.settings import SettingsError, load_settings
+from handlers.settings import Settings, SettingsError, load_settings
 from handlers.store.filters import read_filter
 from handlers.store.ids import new_id
 
@@ -196,6 +196,45 @@ def test_number_below_its_minimum_is_a_settings_error() -> None:
 def test_non_finite_integer_setting_is_a_settings_error(name: str, value: str) -> None:
     with pytest.raises(SettingsError, match=name):
         load_settings({"MEMBUS_EMBEDDER": "hash", name: value})
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [("off", False), ("no", False), ("0", False), ("false", False), ("yes", True), ("1", True)],
+)
+def test_embed_cache_switch_reads_the_usual_words(value: str, expected: bool) -> None:
+    s = load_settings({"MEMBUS_EMBEDDER": "hash", "MEMBUS_EMBED_CACHE": value})
+    assert s.embed_cache is expected
+
+
+def test_openai_api_key_falls_back_to_the_usual_variable() -> None:
+    s = load_settings({"MEMBUS_EMBEDDER": "hash", "OPENAI_API_KEY": "sk-test"})
+    assert s.openai_api_key == "sk-test"
+    mine = {"MEMBUS_OPENAI_API_KEY": "sk-mine", "OPENAI_API_KEY": "sk-test"}
+    assert load_settings({"MEMBUS_EMBEDDER": "hash", **mine}).openai_api_key == "sk-mine"
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("MEMBUS_SEARCH_MODE", "magic"), ("MEMBUS_HYBRID_FUSION", "sum"),
+     ("MEMBUS_HYBRID_ALPHA", "1.5"), ("MEMBUS_RANK_RECENCY", "inf"),
+     ("MEMBUS_RECENCY_DAYS", "0"), ("MEMBUS_DRAIN_TIMEOUT_S", "inf"),
+     ("MEMBUS_EMBED_CACHE", "maybe")],
+)  # fmt: skip
+def test_a_bad_value_is_a_settings_error_naming_the_variable(name: str, value: str) -> None:
+    with pytest.raises(SettingsError, match=name):
+        load_settings({"MEMBUS_EMBEDDER": "hash", name: value})
+
+
+def test_empty_variables_mean_the_defaults() -> None:
+    s = load_settings(
+        {"MEMBUS_EMBEDDER": "hash", "MEMBUS_SEARCH_MODE": "", "MEMBUS_RANK_RECENCY": ""}
+    )
+    assert (s.search_mode, s.weights.recency) == ("hybrid", 0.15)
+
+
+def test_every_default_is_written_once_in_the_structs() -> None:
+    assert load_settings({"MEMBUS_EMBEDDER": "hash"}) == Settings(embedder="hash")
 
 
 def test_types_file_replaces_the_type_table(tmp_path: Path) -> None:

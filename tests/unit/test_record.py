@@ -1,0 +1,132 @@
+"""The stored record: one Struct, encoded to the hash layout Redis holds and decoded back."""
+
+from __future__ import annotations
+
+import re
+
+import msgspec
+import pytest
+
+from handlers.store import scripts
+from handlers.store.record import (
+    CANDIDATE_FIELDS,
+    PERMANENT_MS,
+    RECORD_FIELDS,
+    Candidate,
+    Record,
+    Summary,
+    changed_fields,
+    decode,
+    new_fields,
+)
+
+T0 = 1_790_000_000_000
+
+
+def record(**changes: object) -> Record:
+    rec = Record(
+        id="01JABCDEFGHJKMNPQRSTVWXYZ0",
+        type="decision",
+        content="Use Postgres",
+        tags=("db", "infra"),
+        importance=0.7,
+        workflow_id="wf_1",
+        created_at=T0,
+        updated_at=T0,
+        expires_at=PERMANENT_MS,
+        agent_id="planner",
+        source="meeting",
+        metadata='{"k":1}',
+        content_hash="c0ffee",
+    )
+    return msgspec.structs.replace(rec, **changes)
+
+
+def as_stored(fields: dict[str, object]) -> dict[str, str]:
+    """What HMGET gives back for a hash HSET with these values (redis-py's encoding)."""
+    return {k: v if isinstance(v, str) else repr(v) for k, v in fields.items()}
+
+
+def test_a_new_record_is_the_hash_layout_earlier_versions_wrote() -> None:
+    assert new_fields(record()) == {
+        "id": "01JABCDEFGHJKMNPQRSTVWXYZ0",
+        "type": "decision",
+        "content": "Use Postgres",
+        "tags": "db,infra",
+        "tagtext": "db infra",
+        "importance": 0.7,
+        "wf": "wf_1",
+        "general": "0",
+        "created_at": T0,
+        "updated_at": T0,
+        "expires_at": PERMANENT_MS,
+        "agent_id": "planner",
+        "source": "meeting",
+        "metadata": '{"k":1}',
+        "mention_count": 1,
+        "chash": "c0ffee",
+    }
+
+
+def test_empty_optional_fields_are_not_written() -> None:
+    fields = new_fields(
+        record(
+            tags=(), workflow_id=None, agent_id=None, source=None, metadata=None, content_hash=""
+        )
+    )
+    assert fields["general"] == "1"
+    assert not {"tags", "tagtext", "wf", "agent_id", "source", "metadata", "chash"} & set(fields)
+    assert fields["importance"] == 0.7
+
+
+def test_a_record_reads_back_as_it_was_written() -> None:
+    rec = record()
+    assert decode(Record, as_stored(new_fields(rec))) == rec
+
+
+def test_a_hash_from_before_mention_counts_and_tags_reads_with_defaults() -> None:
+    old = {"id": "01OLD", "type": "fact", "content": "x", "importance": "0.5", "general": "1"}
+    old |= {"created_at": str(T0), "updated_at": str(T0), "expires_at": str(PERMANENT_MS)}
+    rec = decode(Record, old)
+    assert (rec.mention_count, rec.tags, rec.workflow_id, rec.content_hash) == (1, (), None, "")
+
+
+def test_a_corrupt_stored_number_is_an_error_not_a_silent_zero() -> None:
+    with pytest.raises(msgspec.ValidationError, match="importance"):
+        decode(Summary, {"id": "x", "type": "fact", "importance": "high", "created_at": "1"})
+
+
+def test_an_update_writes_only_what_changed_and_clears_emptied_fields() -> None:
+    old = record()
+    new = msgspec.structs.replace(old, tags=(), importance=0.9, updated_at=T0 + 1)
+    assert changed_fields(old, new) == {
+        "tags": "",
+        "tagtext": "",
+        "importance": 0.9,
+        "updated_at": T0 + 1,
+    }
+    assert changed_fields(old, old) == {}
+
+
+def test_candidates_read_the_search_reply_names() -> None:
+    cand = decode(
+        Candidate,
+        {"id": "a", "importance": "0.5", "created_at": "7", "expires_at": "9",
+         "vector_distance": "0.25", "__score": "3.5"},
+    )  # fmt: skip
+    assert (cand.distance, cand.text_score, cand.mention_count) == (0.25, 3.5, 1)
+
+
+def test_reads_ask_for_expiry_first_and_candidates_for_ranking_fields_only() -> None:
+    assert RECORD_FIELDS[0] == "expires_at"
+    assert set(RECORD_FIELDS) == set(new_fields(record())) - {"general", "tagtext"}
+    assert CANDIDATE_FIELDS == ("importance", "created_at", "expires_at", "mention_count")
+
+
+@pytest.mark.parametrize("name", [n for n in dir(scripts) if n.endswith("_LUA")])
+def test_scripts_name_fields_by_their_storage_names(name: str) -> None:
+    source = getattr(scripts, name)
+    assert "$" not in source
+    # Reads of a record (not of its access hash) name only record fields.
+    for names in re.findall(r"HMGET', (?:rec|old|KEYS\[1\]), ('[^)]*)\)", source):
+        assert set(re.findall(r"'(\w+)'", names)) <= set(RECORD_FIELDS)
