@@ -25,9 +25,8 @@ from handlers.embed import Embedder, build_embedder
 from handlers.embed.cache import CachedEmbedder
 from handlers.logs import configure_logging
 from handlers.micro import ErrorStats, stop_taking_requests, wants_reply
-from handlers.ops import Deps
 from handlers.ops.clock import now_ms
-from handlers.ops.deps import Publish
+from handlers.ops.deps import Deps, Publish
 from handlers.settings import Settings, SettingsError, load_settings
 from handlers.store.keys import EMBED_CACHE
 from handlers.store.store import Store
