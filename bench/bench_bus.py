@@ -169,7 +169,7 @@ async def bench(args: argparse.Namespace, stack: EmbeddedStack, log_dir: Path) -
     agents = [bus.agent(workflow_id=wf, agent_id=f"agent_{i}") for i, wf in enumerate(WORKFLOWS)]
     embedder = HashEmbedder(384)
     settings = load_settings({"MEMBUS_EMBEDDER": "hash"})
-    deps = make_deps(settings, client, embedder, noop_publish)
+    deps = make_deps(settings, client, embedder, noop_publish, max_payload=1024 * 1024)
     store = deps.store
     try:
         t0 = time.perf_counter_ns()

@@ -19,5 +19,7 @@ MAX_AGENT_ID_CHARS = 128
 MAX_SOURCE_CHARS = 1024
 MAX_ID_CHARS = 64
 PREVIEW_CHARS = 100
+# `describe` lists at most this many distinct tags (and then says `tags_truncated`).
+MAX_DESCRIBE_TAGS = 1000
 # Longest TTL: 100 years (`ttl_s: 0` is permanent). Beyond it an expiry would pass year 9999.
 MAX_TTL_S = 3_155_760_000

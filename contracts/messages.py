@@ -265,6 +265,8 @@ class UpdateReply(Reply, kw_only=True):
 class SearchReply(Reply, kw_only=True):
     results: list[ScoredMemory]
     mode: SearchMode = "vector"
+    # Trailing results were dropped so that the reply fits the server's max payload.
+    truncated: bool = False
 
 
 class DescribeReply(Reply, kw_only=True):
@@ -279,6 +281,8 @@ class DescribeReply(Reply, kw_only=True):
     newest: datetime | None
     embedder: str
     dimension: int
+    # More distinct tags than `limits.MAX_DESCRIBE_TAGS` (the first ones, sorted, are listed).
+    tags_truncated: bool = False
 
 
 class ListReply(Reply, kw_only=True):
@@ -286,6 +290,7 @@ class ListReply(Reply, kw_only=True):
     total: int
     mode: Literal["full"] = "full"
     memories: list[Memory]
+    truncated: bool = False
 
 
 class CompactListReply(Reply, kw_only=True):
@@ -293,11 +298,13 @@ class CompactListReply(Reply, kw_only=True):
     total: int
     mode: Literal["compact"] = "compact"
     memories: list[CompactMemory]
+    truncated: bool = False
 
 
 class GetReply(Reply, kw_only=True):
     memories: list[Memory]
     missing: list[str]
+    truncated: bool = False
 
 
 class DeleteReply(Reply, kw_only=True):

@@ -15,6 +15,7 @@ from contracts import limits
 from contracts.messages import REQUEST_TYPES, ErrorReply, Request
 from contracts.subjects import NAMESPACE_PATTERN, is_valid_namespace, parse_request_subject
 from handlers.errors import HandlerError, InvalidRequest, TooLarge
+from handlers.fit import fitted
 from handlers.ops import OPERATIONS, Deps
 
 log = structlog.get_logger("membus.dispatch")
@@ -136,7 +137,7 @@ async def dispatch(
             )
         request = decode_request(op, body)
         reply = await OPERATIONS[op](ns, request, deps)
-        out = _encoder.encode(reply)
+        out = fitted(reply, deps.max_payload)
         count = _result_count(reply)
     except HandlerError as exc:
         error = exc

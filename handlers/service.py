@@ -46,7 +46,8 @@ def redis_client(url: str, max_connections: int = 64) -> aioredis.Redis:
         health_check_interval=15,
         retry=Retry(ExponentialBackoff(cap=0.2, base=0.02), retries=1),
     )
-    return aioredis.Redis(connection_pool=pool)
+    # from_pool: closing the client also closes the pool's connections.
+    return aioredis.Redis.from_pool(pool)
 
 
 class Handler:
@@ -145,7 +146,11 @@ def make_embedder(settings: Settings, client: aioredis.Redis) -> Embedder:
 
 
 def make_deps(
-    settings: Settings, client: aioredis.Redis, embedder: Embedder, publish: Publish
+    settings: Settings,
+    client: aioredis.Redis,
+    embedder: Embedder,
+    publish: Publish,
+    max_payload: int,
 ) -> Deps:
     """What the operations share, built once per process (tests build theirs with this too)."""
     return Deps(
@@ -154,6 +159,7 @@ def make_deps(
         embedder=embedder,
         publish=publish,
         clock=now_ms,
+        max_payload=max_payload,
     )
 
 
@@ -166,7 +172,8 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
         await client.aclose()
         log.info("service.stopped", reason="stopped before NATS answered")
         return
-    handler = Handler(make_deps(settings, client, embedder, nc.publish), settings.max_inflight)
+    deps = make_deps(settings, client, embedder, nc.publish, nc.max_payload)
+    handler = Handler(deps, settings.max_inflight)
     service = await add_service(
         nc,
         name=SERVICE_NAME,

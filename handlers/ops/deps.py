@@ -21,3 +21,5 @@ class Deps:
     publish: Publish
     # Now, in epoch ms (tests pass a clock they control).
     clock: Callable[[], int]
+    # The NATS server's max payload: no reply may be larger.
+    max_payload: int

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contracts import limits
 from contracts.messages import (
     CompactListReply,
     DescribeReply,
@@ -40,10 +41,12 @@ async def describe(ns: str, req: DescribeRequest, deps: Deps) -> DescribeReply:
         lo, hi = int(g.oldest), int(g.newest)
         oldest = lo if oldest is None else min(oldest, lo)
         newest = hi if newest is None else max(newest, hi)
+    listed = sorted(tags)[: limits.MAX_DESCRIBE_TAGS]
     return DescribeReply(
         total=general_count + workflow_count,
         by_type=dict(sorted(by_type.items())),
-        tags=sorted(tags),
+        tags=listed,
+        tags_truncated=len(tags) > len(listed),
         scope=scope.applied,  # type: ignore[arg-type]
         workflow_id=scope.workflow_id,
         workflow_count=workflow_count,
@@ -74,9 +77,10 @@ async def get(ns: str, req: GetRequest, deps: Deps) -> GetReply:
     found = await deps.store.fetch(ns, unique, deps.clock())
     by_id = {mid: f for mid, f in zip(unique, found, strict=True) if f is not None}
     return GetReply(
+        # Each distinct id once, in the order first asked for.
         memories=[
             to_memory(f.record, f.access_count, f.last_accessed_ms)
-            for mid in req.ids
+            for mid in unique
             if (f := by_id.get(mid)) is not None
         ],
         missing=[mid for mid in unique if mid not in by_id],

@@ -157,7 +157,8 @@ async def in_process(servers: Servers) -> AsyncIterator[InProcess]:
     events = await nats.connect(servers.nats_url)
     embedder = make_embedder(settings, client)
     try:
-        yield InProcess(events, make_deps(settings, client, embedder, events.publish))
+        deps = make_deps(settings, client, embedder, events.publish, events.max_payload)
+        yield InProcess(events, deps)
     finally:
         await events.drain()
         await embedder.close()

@@ -265,3 +265,70 @@ async def test_a_dropped_index_is_created_again_on_the_next_query(
     described = await wf123.describe()
     assert [h.id for h in hits.results] == [added.id]
     assert described.total == 1
+
+
+# --------------------------------------------------------------------------- reply size
+
+
+async def _forty_large(mem: AgentMemory) -> list[str]:
+    # 40 x 31 KiB: about 1.24 MB of content, more than NATS's default 1 MiB max payload.
+    body = "lorem ipsum dolor " * (31 * 1024 // 18)
+    added = await asyncio.gather(
+        *(mem.add("knowledge", f"{i} {body}", tags=["big"]) for i in range(40))
+    )
+    return [a.id for a in added]
+
+
+async def test_a_list_too_large_for_one_message_comes_back_truncated(wf123: AgentMemory) -> None:
+    await _forty_large(wf123)
+
+    page = await wf123.list(limit=40)
+
+    assert isinstance(page, ListReply)
+    assert page.truncated is True
+    assert 20 <= page.count == len(page.memories) < 40
+    assert page.total == 40
+    assert (await wf123.list(limit=10)).truncated is False
+
+
+async def test_get_and_search_too_large_for_one_message_come_back_truncated(
+    wf123: AgentMemory,
+) -> None:
+    ids = await _forty_large(wf123)
+
+    got = await wf123.get(ids)
+    hits = await wf123.search("lorem ipsum", limit=40)
+
+    assert got.truncated is True
+    assert 20 <= len(got.memories) < 40
+    assert [m.id for m in got.memories] == ids[: len(got.memories)]
+    assert got.missing == []  # dropped ids are not missing
+    assert hits.truncated is True
+    assert 20 <= len(hits.results) < 40
+
+
+async def test_get_answers_each_distinct_id_once(wf123: AgentMemory) -> None:
+    a = await wf123.add("knowledge", "asked for twice")
+    b = await wf123.add("knowledge", "asked for once")
+
+    got = await wf123.get([a.id, b.id, a.id, "01NOPE", "01NOPE"])
+
+    assert [m.id for m in got.memories] == [a.id, b.id]
+    assert got.missing == ["01NOPE"]
+    assert got.truncated is False
+
+
+async def test_describe_lists_at_most_a_thousand_tags_and_says_so(wf123: AgentMemory) -> None:
+    await asyncio.gather(
+        *(
+            wf123.add("knowledge", f"note {i}", tags=[f"t{i}_{j}" for j in range(32)])
+            for i in range(32)
+        )
+    )
+
+    overview = await wf123.describe()
+
+    assert overview.total == 32
+    assert overview.tags_truncated is True
+    assert len(overview.tags) == 1000
+    assert overview.tags == sorted(overview.tags)

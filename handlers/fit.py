@@ -1,0 +1,45 @@
+"""Replies that fit: no reply may exceed the NATS server's max payload (NATS would refuse it
+and the caller would only time out). A read whose reply is too large drops trailing items and
+says `truncated: true`; its `count` then counts what was returned."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from contracts.messages import CompactListReply, GetReply, ListReply, SearchReply
+
+# The list each trimmable reply may lose trailing items of.
+TRIMMABLE: dict[type[msgspec.Struct], str] = {
+    SearchReply: "results",
+    ListReply: "memories",
+    CompactListReply: "memories",
+    GetReply: "memories",
+}
+
+_encoder = msgspec.json.Encoder()
+
+
+def fitted(reply: msgspec.Struct, max_bytes: int) -> bytes:
+    """The reply's JSON, trimmed to at most `max_bytes` where its type allows."""
+    out = _encoder.encode(reply)
+    field = TRIMMABLE.get(type(reply))
+    if len(out) <= max_bytes or field is None:
+        return out
+    items: list[Any] = getattr(reply, field)
+    # Each item's share of the JSON (its bytes and a comma); the rest is the envelope.
+    sizes = [len(_encoder.encode(item)) + 1 for item in items]
+    room = max_bytes - (len(out) - sum(sizes)) - 64  # the flag and count may grow a little
+    keep = 0
+    while keep < len(items) and room - sizes[keep] >= 0:
+        room -= sizes[keep]
+        keep += 1
+    while True:
+        changes: dict[str, Any] = {field: items[:keep], "truncated": True}
+        if hasattr(reply, "count"):
+            changes["count"] = keep
+        out = _encoder.encode(msgspec.structs.replace(reply, **changes))
+        if len(out) <= max_bytes or keep == 0:
+            return out
+        keep -= 1
