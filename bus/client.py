@@ -20,6 +20,7 @@ from contracts.messages import (
     ClearByTypeReply,
     ClearByTypeRequest,
     CompactListReply,
+    Context,
     DeleteReply,
     DeleteRequest,
     DescribeReply,
@@ -43,7 +44,7 @@ from contracts.subjects import (
 )
 
 R = TypeVar("R", bound=msgspec.Struct)
-Q = TypeVar("Q", bound=Request)
+Q = TypeVar("Q", bound=msgspec.Struct)
 
 
 class _Envelope(msgspec.Struct):
@@ -116,9 +117,26 @@ class MemoryBus:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    def agent(self, *, workflow_id: str | None = None, agent_id: str | None = None) -> AgentMemory:
-        """A handle bound, for good, to one agent in one workflow."""
-        return AgentMemory(self, workflow_id=workflow_id, agent_id=agent_id)
+    def agent(
+        self,
+        *,
+        workflow_id: str | None = None,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        context: Context | None = None,
+    ) -> AgentMemory:
+        """A handle bound, for good, to one agent in one workflow (and, optionally, one
+        session: its requests carry `context.session_id`, which writes record)."""
+        if session_id is not None:
+            base = context or Context()
+            context = _build(
+                Context,
+                session_id=session_id,
+                goal=base.goal,
+                memory=base.memory,
+                constraints=base.constraints,
+            )
+        return AgentMemory(self, workflow_id=workflow_id, agent_id=agent_id, context=context)
 
     async def request(self, op: str, body: Request | bytes, reply_type: type[R]) -> R:
         """Send one operation and decode its reply; errors raise typed `BusError`s."""
@@ -192,12 +210,20 @@ def decode_event(msg: Msg) -> Event:
 class AgentMemory:
     """One agent's memory tool: `workflow_id` and `agent_id` are fixed when it is made."""
 
-    __slots__ = ("_agent_id", "_bus", "_workflow_id")
+    __slots__ = ("_agent_id", "_bus", "_context", "_workflow_id")
 
-    def __init__(self, bus: MemoryBus, *, workflow_id: str | None, agent_id: str | None) -> None:
+    def __init__(
+        self,
+        bus: MemoryBus,
+        *,
+        workflow_id: str | None,
+        agent_id: str | None,
+        context: Context | None = None,
+    ) -> None:
         self._bus = bus
         self._workflow_id = workflow_id
         self._agent_id = agent_id
+        self._context = context
 
     @property
     def workflow_id(self) -> str | None:
@@ -206,6 +232,15 @@ class AgentMemory:
     @property
     def agent_id(self) -> str | None:
         return self._agent_id
+
+    @property
+    def session_id(self) -> str | None:
+        return self._context.session_id if self._context else None
+
+    @property
+    def context(self) -> Context | None:
+        """The `context` block every request of this handle carries."""
+        return self._context
 
     @property
     def bus(self) -> MemoryBus:
@@ -243,6 +278,7 @@ class AgentMemory:
             embedding=_opt_list(embedding),
             dedup=dedup,
             dedup_threshold=dedup_threshold,
+            context=self._context,
         )
         return await self._bus.request("add", req, AddReply)
 
@@ -264,6 +300,7 @@ class AgentMemory:
             importance=importance,
             ttl_s=ttl_s,
             agent_id=self._agent_id,
+            context=self._context,
         )
         return await self._bus.request("update", req, UpdateReply)
 
@@ -300,13 +337,14 @@ class AgentMemory:
             fusion=fusion,
             max_tokens=max_tokens,
             diversify=diversify,
+            context=self._context,
         )
         return await self._bus.request("search", req, SearchReply)
 
     async def describe(
         self, *, scope: Literal["both", "workflow", "general"] = "both"
     ) -> DescribeReply:
-        req = DescribeRequest(workflow_id=self._workflow_id, scope=scope)
+        req = DescribeRequest(workflow_id=self._workflow_id, scope=scope, context=self._context)
         return await self._bus.request("describe", req, DescribeReply)
 
     @overload
@@ -356,20 +394,29 @@ class AgentMemory:
             limit=limit,
             offset=offset,
             max_tokens=max_tokens,
+            context=self._context,
         )
         reply_type = CompactListReply if mode == "compact" else ListReply
         return await self._bus.request("list", req, reply_type)
 
     async def get(self, ids: Sequence[str]) -> GetReply:
-        return await self._bus.request("get", GetRequest(ids=list(ids)), GetReply)
+        req = GetRequest(ids=list(ids), context=self._context)
+        return await self._bus.request("get", req, GetReply)
 
     async def delete(self, ids: Sequence[str]) -> DeleteReply:
-        return await self._bus.request("delete", DeleteRequest(ids=list(ids)), DeleteReply)
+        req = DeleteRequest(ids=list(ids), context=self._context)
+        return await self._bus.request("delete", req, DeleteReply)
 
     async def clear_by_type(
         self, type: str, *, scope: Literal["workflow", "general"] = "workflow"
     ) -> ClearByTypeReply:
-        req = _build(ClearByTypeRequest, type=type, workflow_id=self._workflow_id, scope=scope)
+        req = _build(
+            ClearByTypeRequest,
+            type=type,
+            workflow_id=self._workflow_id,
+            scope=scope,
+            context=self._context,
+        )
         return await self._bus.request("clear_by_type", req, ClearByTypeReply)
 
     async def subscribe(self, *, type: str | None = None, action: str | None = None) -> EventStream:

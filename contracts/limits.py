@@ -19,6 +19,8 @@ MAX_AGENT_ID_CHARS = 128
 MAX_SOURCE_CHARS = 1024
 MAX_ID_CHARS = 64
 PREVIEW_CHARS = 100
+# Each text of a request's `context` block (goal, memory, constraints), in UTF-8 bytes.
+MAX_CONTEXT_TEXT_BYTES = 4 * 1024
 # `describe` lists at most this many distinct tags (and then says `tags_truncated`).
 MAX_DESCRIBE_TAGS = 1000
 # Longest TTL: 100 years (`ttl_s: 0` is permanent). Beyond it an expiry would pass year 9999.

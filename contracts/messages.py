@@ -18,6 +18,7 @@ from contracts.subjects import WORKFLOW_ID_PATTERN
 from contracts.types import TYPE_NAME_PATTERN
 
 TAG_PATTERN = r"^[a-z0-9_:.-]{1,64}\Z"
+SESSION_ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,128}\Z"
 _TAG_RE = re.compile(TAG_PATTERN)
 
 TypeName = Annotated[str, msgspec.Meta(pattern=TYPE_NAME_PATTERN)]
@@ -56,9 +57,24 @@ def normalize_tags(tags: list[str]) -> list[str]:
 
 # --------------------------------------------------------------------------- requests
 
+SessionId = Annotated[str, msgspec.Meta(pattern=SESSION_ID_PATTERN)]
+ContextText = Annotated[str, msgspec.Meta(max_length=limits.MAX_CONTEXT_TEXT_BYTES)]
 
-class Request(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+
+class Context(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, kw_only=True):
+    """What the calling agent is doing; any request may carry it. It never changes what a
+    request does, except that writes record `session_id`; handlers log `session_id`."""
+
+    session_id: SessionId | None = None
+    goal: ContextText | None = None
+    memory: ContextText | None = None
+    constraints: ContextText | None = None
+
+
+class Request(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, kw_only=True):
     """Base of every request body."""
+
+    context: Context | None = None
 
 
 class AddRequest(Request, kw_only=True):
@@ -205,6 +221,8 @@ class Memory(msgspec.Struct, kw_only=True):
     last_accessed_at: datetime | None = None
     # How often this content was added (exact or near repeats fold into one memory).
     mention_count: int = 1
+    # The `context.session_id` of the request that added it.
+    session_id: str | None = None
 
 
 class ScoredMemory(Memory, kw_only=True):

@@ -12,7 +12,7 @@ import msgspec
 import structlog
 
 from contracts import limits
-from contracts.messages import REQUEST_TYPES, ErrorReply, Request
+from contracts.messages import REQUEST_TYPES, Context, ErrorReply, Request
 from contracts.subjects import NAMESPACE_PATTERN, is_valid_namespace, parse_request_subject
 from handlers.errors import HandlerError, InvalidRequest, TooLarge
 from handlers.fit import fitted
@@ -64,12 +64,16 @@ def _allowed_values(op: str, name: str) -> tuple[object, ...]:
 
 def _explain(op: str, exc: msgspec.ValidationError) -> str:
     text = str(exc)
-    fields = REQUEST_TYPES[op].__struct_fields__
+    # The operation's own fields first, then those every request has (`context`).
+    base = Request.__struct_fields__
+    fields = [f for f in REQUEST_TYPES[op].__struct_fields__ if f not in base] + list(base)
     if match := _UNKNOWN_FIELD_RE.search(text):
-        name = match.group(1)
+        name, where = match.group(1), f"{op} request"
+        if text.endswith("at `$.context`"):
+            fields, where = list(Context.__struct_fields__), "`context`"
         close = difflib.get_close_matches(name, fields, n=1)
         hint = f' Did you mean "{close[0]}"?' if close else ""
-        return f'Unknown field "{name}" in {op} request.{hint} Known fields: {", ".join(fields)}.'
+        return f'Unknown field "{name}" in {where}.{hint} Known fields: {", ".join(fields)}.'
     message = f"Invalid {op} request: {text}."
     if match := _FIELD_PATH_RE.search(text):
         name = match.group(1)
@@ -106,6 +110,18 @@ def decode_request(op: str, body: bytes) -> Request:
         raise InvalidRequest("The request nests too deeply; flatten `metadata`.") from None
 
 
+def check_context(ctx: Context) -> None:
+    """The context texts' limit is in UTF-8 bytes; the contract's length check counts
+    characters, so a multi-byte text is measured again here."""
+    for name in ("goal", "memory", "constraints"):
+        text = getattr(ctx, name)
+        if text is not None and len(text.encode()) > limits.MAX_CONTEXT_TEXT_BYTES:
+            raise TooLarge(
+                f"`context.{name}` is {len(text.encode())} bytes; the limit is"
+                f" {limits.MAX_CONTEXT_TEXT_BYTES} (4 KiB). Summarise it."
+            )
+
+
 def _result_count(reply: msgspec.Struct) -> int | None:
     for name in ("results", "memories"):
         items = getattr(reply, name, None)
@@ -136,6 +152,10 @@ async def dispatch(
                 f"Namespace {ns!r} in subject {subject!r} must match {NAMESPACE_PATTERN}."
             )
         request = decode_request(op, body)
+        if request.context is not None:
+            check_context(request.context)
+            if request.context.session_id:
+                structlog.contextvars.bind_contextvars(session_id=request.context.session_id)
         reply = await OPERATIONS[op](ns, request, deps)
         out = fitted(reply, deps.max_payload)
         count = _result_count(reply)

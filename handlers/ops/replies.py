@@ -31,6 +31,7 @@ def _fields(rec: Record, access_count: int, last_accessed_ms: int | None) -> dic
         "access_count": access_count,
         "last_accessed_at": ms_to_dt(last_accessed_ms) if last_accessed_ms else None,
         "mention_count": rec.mention_count,
+        "session_id": rec.session_id,
     }
 
 

@@ -98,6 +98,7 @@ async def add(ns: str, req: AddRequest, deps: Deps) -> AddReply:
         source=req.source,
         metadata=metadata,
         content_hash=chash,
+        session_id=req.context.session_id if req.context else None,
     )
     if req.dedup != "semantic":
         return await _write(ns, rec, vec, deps)

@@ -48,6 +48,8 @@ class Record(Summary, kw_only=True):
     mention_count: int = 1
     # The exact-dedup key; "" for a memory added with `dedup: "none"`.
     content_hash: str = ""
+    # The `context.session_id` of the add that wrote it.
+    session_id: str | None = None
 
 
 class Candidate(

@@ -5,10 +5,13 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime, timedelta
 
+import msgspec
 import pytest
+import structlog
 
 from bus import AgentMemory, InvalidRequest, MemoryBus
-from contracts import CompactListReply, ListReply
+from contracts import CompactListReply, Context, ListReply
+from handlers.dispatch import dispatch
 
 # Every operation both ways: in this process, and through NATS to the handler processes.
 pytestmark = pytest.mark.transports("in_process", "nats")
@@ -332,3 +335,65 @@ async def test_describe_lists_at_most_a_thousand_tags_and_says_so(wf123: AgentMe
     assert overview.tags_truncated is True
     assert len(overview.tags) == 1000
     assert overview.tags == sorted(overview.tags)
+
+
+# --------------------------------------------------------------------------- context
+
+
+async def test_writes_record_the_session_of_their_context(bus: MemoryBus) -> None:
+    mem = bus.agent(workflow_id="wf_1", agent_id="a", session_id="sess-42")
+    added = await mem.add("decision", "ship on Friday")
+
+    [got] = (await mem.get([added.id])).memories
+    [listed] = (await bus.agent(workflow_id="wf_1").list()).memories
+
+    assert got.session_id == listed.session_id == "sess-42"
+    assert mem.session_id == "sess-42"
+
+
+async def test_a_context_block_changes_no_read(bus: MemoryBus) -> None:
+    plain = bus.agent(workflow_id="wf_1")
+    told = bus.agent(
+        workflow_id="wf_1",
+        context=Context(session_id="s:1", goal="find the deadline", constraints="be brief"),
+    )
+    await plain.add("decision", "the deadline is Friday")
+    await plain.add("knowledge", "Fridays are busy")
+
+    a = await plain.search("deadline friday")
+    b = await told.search("deadline friday")
+
+    assert [(r.id, round(r.score, 6)) for r in a.results] == [
+        (r.id, round(r.score, 6)) for r in b.results
+    ]
+    assert (await told.describe()).total == (await plain.describe()).total == 2
+
+
+@pytest.mark.parametrize(
+    ("context", "code", "hint"),
+    [
+        ({"session_id": "has space"}, "invalid_request", "session_id"),
+        ({"session": "s1"}, "invalid_request", 'Did you mean "session_id"'),
+        ({"goal": "€" * 1500}, "too_large", "context.goal"),
+        ({"memory": "x" * 4097}, "invalid_request", "memory"),
+    ],
+)
+async def test_a_bad_context_block_is_refused(
+    bus: MemoryBus, context: dict[str, object], code: str, hint: str
+) -> None:
+    body = msgspec.json.encode({"type": "fact", "content": "x", "context": context})
+    msg = await bus.nc.request(f"mem.{bus.namespace}.add", body, timeout=5)
+    reply = msgspec.json.decode(msg.data)
+
+    assert (reply["success"], reply["code"]) == (False, code)
+    assert hint in reply["error"]
+    assert (await bus.agent().describe()).total == 0
+
+
+async def test_handlers_log_the_session_id_with_the_request(in_process, ns: str) -> None:
+    body = b'{"query": "x", "context": {"session_id": "sess-7"}}'
+    with structlog.testing.capture_logs([structlog.contextvars.merge_contextvars]) as logs:
+        await dispatch("search", f"mem.{ns}.search", body, in_process.deps)
+
+    [done] = [e for e in logs if e["event"] == "request.done"]
+    assert done["session_id"] == "sess-7"

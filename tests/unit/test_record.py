@@ -38,6 +38,7 @@ def record(**changes: object) -> Record:
         source="meeting",
         metadata='{"k":1}',
         content_hash="c0ffee",
+        session_id="s-1",
     )
     return msgspec.structs.replace(rec, **changes)
 
@@ -47,7 +48,7 @@ def as_stored(fields: dict[str, object]) -> dict[str, str]:
     return {k: v if isinstance(v, str) else repr(v) for k, v in fields.items()}
 
 
-def test_a_new_record_is_the_hash_layout_earlier_versions_wrote() -> None:
+def test_a_new_record_is_the_hash_layout_earlier_versions_wrote_plus_new_fields() -> None:
     assert new_fields(record()) == {
         "id": "01JABCDEFGHJKMNPQRSTVWXYZ0",
         "type": "decision",
@@ -65,17 +66,25 @@ def test_a_new_record_is_the_hash_layout_earlier_versions_wrote() -> None:
         "metadata": '{"k":1}',
         "mention_count": 1,
         "chash": "c0ffee",
+        "session_id": "s-1",
     }
 
 
 def test_empty_optional_fields_are_not_written() -> None:
     fields = new_fields(
         record(
-            tags=(), workflow_id=None, agent_id=None, source=None, metadata=None, content_hash=""
+            tags=(),
+            workflow_id=None,
+            agent_id=None,
+            source=None,
+            metadata=None,
+            content_hash="",
+            session_id=None,
         )
     )
     assert fields["general"] == "1"
-    assert not {"tags", "tagtext", "wf", "agent_id", "source", "metadata", "chash"} & set(fields)
+    optional = {"tags", "tagtext", "wf", "agent_id", "source", "metadata", "chash", "session_id"}
+    assert not optional & set(fields)
     assert fields["importance"] == 0.7
 
 
