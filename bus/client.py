@@ -249,7 +249,7 @@ class AgentMemory:
     async def add(
         self,
         type: str,
-        content: str,
+        content: str | None = None,
         *,
         tags: Sequence[str] = (),
         importance: float | None = None,
@@ -260,9 +260,16 @@ class AgentMemory:
         embedding: Sequence[float] | None = None,
         dedup: Literal["exact", "semantic", "none"] = "exact",
         dedup_threshold: float | None = None,
+        title: str | None = None,
+        facts: Sequence[str] = (),
+        narrative: str | None = None,
+        related_files: Sequence[str] = (),
+        related_people: Sequence[str] = (),
     ) -> AddReply:
         """Store a memory. A repeat of live content (same type and scope) is not stored
-        twice: the reply's `duplicate_of` names the memory whose `mention_count` went up."""
+        twice: the reply's `duplicate_of` names the memory whose `mention_count` went up.
+        An observation may leave `content` out and give a `title` (with `narrative`,
+        `facts`, ...): the content is then composed from them."""
         req = _build(
             AddRequest,
             type=type,
@@ -278,6 +285,11 @@ class AgentMemory:
             embedding=_opt_list(embedding),
             dedup=dedup,
             dedup_threshold=dedup_threshold,
+            title=title,
+            facts=list(facts),
+            narrative=narrative,
+            related_files=list(related_files),
+            related_people=list(related_people),
             context=self._context,
         )
         return await self._bus.request("add", req, AddReply)
@@ -320,6 +332,7 @@ class AgentMemory:
         fusion: Literal["linear", "rrf"] | None = None,
         max_tokens: int | None = None,
         diversify: float | None = None,
+        people: Sequence[str] | None = None,
     ) -> SearchReply:
         req = _build(
             SearchRequest,
@@ -337,6 +350,7 @@ class AgentMemory:
             fusion=fusion,
             max_tokens=max_tokens,
             diversify=diversify,
+            people=_opt_list(people),
             context=self._context,
         )
         return await self._bus.request("search", req, SearchReply)
@@ -358,6 +372,7 @@ class AgentMemory:
         limit: int = 20,
         offset: int = 0,
         max_tokens: int | None = None,
+        people: Sequence[str] | None = None,
     ) -> ListReply: ...
 
     @overload
@@ -371,6 +386,7 @@ class AgentMemory:
         limit: int = 20,
         offset: int = 0,
         max_tokens: int | None = None,
+        people: Sequence[str] | None = None,
     ) -> CompactListReply: ...
 
     async def list(
@@ -383,6 +399,7 @@ class AgentMemory:
         limit: int = 20,
         offset: int = 0,
         max_tokens: int | None = None,
+        people: Sequence[str] | None = None,
     ) -> ListReply | CompactListReply:
         req = _build(
             ListRequest,
@@ -394,6 +411,7 @@ class AgentMemory:
             limit=limit,
             offset=offset,
             max_tokens=max_tokens,
+            people=_opt_list(people),
             context=self._context,
         )
         reply_type = CompactListReply if mode == "compact" else ListReply

@@ -9,6 +9,13 @@ MAX_NESTING = 32
 # Inside `metadata`: an object nested deeper than this is refused (flatten it).
 MAX_METADATA_NESTING = 8
 MAX_TAGS = 32
+# Observation fields of a memory (PROTOCOL v2, "More on the record").
+MAX_TITLE_CHARS = 256
+MAX_LIST_ITEMS = 32
+MAX_FACT_CHARS = 1024
+MAX_FILE_CHARS = 512
+MAX_PERSON_CHARS = 128
+MAX_NARRATIVE_BYTES = 32 * 1024
 MAX_IDS = 100
 MAX_SEARCH_LIMIT = 100
 MAX_LIST_LIMIT = 200

@@ -32,12 +32,31 @@ Embedding = Annotated[list[float], msgspec.Meta(min_length=1, max_length=limits.
 Query = Annotated[str, msgspec.Meta(min_length=1, max_length=limits.MAX_QUERY_CHARS)]
 AgentId = Annotated[str, msgspec.Meta(min_length=1, max_length=limits.MAX_AGENT_ID_CHARS)]
 Source = Annotated[str, msgspec.Meta(max_length=limits.MAX_SOURCE_CHARS)]
+Title = Annotated[str, msgspec.Meta(min_length=1, max_length=limits.MAX_TITLE_CHARS)]
+Facts = Annotated[
+    list[Annotated[str, msgspec.Meta(min_length=1, max_length=limits.MAX_FACT_CHARS)]],
+    msgspec.Meta(max_length=limits.MAX_LIST_ITEMS),
+]
+Narrative = Annotated[str, msgspec.Meta(max_length=limits.MAX_NARRATIVE_BYTES)]
+Files = Annotated[
+    list[Annotated[str, msgspec.Meta(min_length=1, max_length=limits.MAX_FILE_CHARS)]],
+    msgspec.Meta(max_length=limits.MAX_LIST_ITEMS),
+]
+Person = Annotated[str, msgspec.Meta(min_length=1, max_length=limits.MAX_PERSON_CHARS)]
+People = Annotated[list[Person], msgspec.Meta(max_length=limits.MAX_LIST_ITEMS)]
 ReadScope = Literal["both", "workflow", "general"]
 SearchMode = Literal["vector", "text", "hybrid"]
 Fusion = Literal["linear", "rrf"]
 MaxTokens = Annotated[int, msgspec.Meta(ge=1, le=1_000_000)]
 StoreScope = Literal["general", "workflow"]
 TtlSeconds = Annotated[int, msgspec.Meta(ge=0, le=limits.MAX_TTL_S)]
+
+
+def compose_content(title: str, narrative: str | None, facts: list[str]) -> str:
+    """The `content` of an observation added without one: the title, a blank line, the
+    narrative, then one `- fact` line per fact (the blank line only when more follows)."""
+    body = ([narrative] if narrative else []) + [f"- {fact}" for fact in facts]
+    return title + ("\n\n" + "\n".join(body) if body else "")
 
 
 def normalize_tags(tags: list[str]) -> list[str]:
@@ -79,7 +98,8 @@ class Request(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, kw
 
 class AddRequest(Request, kw_only=True):
     type: TypeName
-    content: Annotated[str, msgspec.Meta(min_length=1)]
+    # May be left out when `title` is given: it is then composed (see `compose_content`).
+    content: Annotated[str, msgspec.Meta(min_length=1)] | None = None
     tags: Tags = []
     importance: Importance | None = None
     workflow_id: WorkflowId | None = None
@@ -94,9 +114,23 @@ class AddRequest(Request, kw_only=True):
     # near-duplicates (cosine >= `dedup_threshold`, default configured, 0.95); "none" always adds.
     dedup: Literal["exact", "semantic", "none"] = "exact"
     dedup_threshold: Annotated[float, msgspec.Meta(gt=0.0, le=1.0)] | None = None
+    # An observation (seed 004): exact dedup then compares the title plus the facts.
+    title: Title | None = None
+    facts: Facts = []
+    narrative: Narrative | None = None
+    related_files: Files = []
+    # Names; matched case-insensitively by the `people` filters.
+    related_people: People = []
 
     def __post_init__(self) -> None:
         self.tags = normalize_tags(self.tags)
+        if self.content is None:
+            if self.title is None:
+                raise ValueError(
+                    "add needs `content`, or a `title` (content is then composed from the"
+                    " title, narrative and facts)"
+                )
+            self.content = compose_content(self.title, self.narrative, self.facts)
 
 
 class UpdateRequest(Request, kw_only=True):
@@ -139,6 +173,8 @@ class SearchRequest(Request, kw_only=True):
     # (cosine to the closest result already picked)`, so near-duplicates do not crowd the
     # list. 1 (or null) keeps plain score order.
     diversify: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] | None = None
+    # Memories naming any of these people (`related_people`, case-insensitive).
+    people: People | None = None
 
     def __post_init__(self) -> None:
         if self.query is None and self.embedding is None:
@@ -161,6 +197,8 @@ class ListRequest(Request, kw_only=True):
     limit: Annotated[int, msgspec.Meta(ge=1, le=limits.MAX_LIST_LIMIT)] = 20
     offset: Annotated[int, msgspec.Meta(ge=0, le=limits.MAX_LIST_OFFSET)] = 0
     max_tokens: MaxTokens | None = None
+    # Memories naming any of these people (`related_people`, case-insensitive).
+    people: People | None = None
 
     def __post_init__(self) -> None:
         if self.tags is not None:
@@ -223,6 +261,12 @@ class Memory(msgspec.Struct, kw_only=True):
     mention_count: int = 1
     # The `context.session_id` of the request that added it.
     session_id: str | None = None
+    # Observation fields (null or empty when the memory was added without them).
+    title: str | None = None
+    facts: list[str] = []
+    narrative: str | None = None
+    related_files: list[str] = []
+    related_people: list[str] = []
 
 
 class ScoredMemory(Memory, kw_only=True):

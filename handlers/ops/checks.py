@@ -51,10 +51,19 @@ def check_metadata(value: dict[str, object] | None) -> str | None:
     return data.decode()
 
 
-def check_content(content: str) -> None:
+def check_content(content: str, composed: bool = False) -> None:
     size = len(content.encode())
     if size > limits.MAX_CONTENT_BYTES:
+        what = "The content composed from `title`, `narrative` and `facts`" if composed else None
         raise TooLarge(
-            f"`content` is {size} bytes; the limit is {limits.MAX_CONTENT_BYTES} (32 KiB)."
-            " Split it into several memories or store a summary."
+            f"{what or '`content`'} is {size} bytes; the limit is {limits.MAX_CONTENT_BYTES}"
+            " (32 KiB). Split it into several memories or store a summary."
+        )
+
+
+def check_narrative(narrative: str | None) -> None:
+    if narrative is not None and len(narrative.encode()) > limits.MAX_NARRATIVE_BYTES:
+        raise TooLarge(
+            f"`narrative` is {len(narrative.encode())} bytes; the limit is"
+            f" {limits.MAX_NARRATIVE_BYTES} (32 KiB). Keep the details in `facts` or split it."
         )

@@ -61,7 +61,11 @@ async def describe(ns: str, req: DescribeRequest, deps: Deps) -> DescribeReply:
 async def list_(ns: str, req: ListRequest, deps: Deps) -> ListReply | CompactListReply:
     check_types(deps.settings.types, req.types)
     where = read_filter(
-        deps.clock(), read_scope(req.scope, req.workflow_id), types=req.types, tags=req.tags
+        deps.clock(),
+        read_scope(req.scope, req.workflow_id),
+        types=req.types,
+        tags=req.tags,
+        people=req.people,
     )
     if req.mode == "compact":
         page = await deps.store.page(ns, where, Summary, offset=req.offset, limit=req.limit)

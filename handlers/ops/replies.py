@@ -32,6 +32,11 @@ def _fields(rec: Record, access_count: int, last_accessed_ms: int | None) -> dic
         "last_accessed_at": ms_to_dt(last_accessed_ms) if last_accessed_ms else None,
         "mention_count": rec.mention_count,
         "session_id": rec.session_id,
+        "title": rec.title,
+        "facts": rec.facts,
+        "narrative": rec.narrative,
+        "related_files": rec.related_files,
+        "related_people": rec.related_people,
     }
 
 

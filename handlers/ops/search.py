@@ -71,6 +71,7 @@ async def search(ns: str, req: SearchRequest, deps: Deps) -> SearchReply:
         read_scope(req.scope, req.workflow_id),
         types=req.types,
         tags=req.tags,
+        people=req.people,
         since_ms=dt_to_ms(req.since) if req.since else None,
         until_ms=dt_to_ms(req.until) if req.until else None,
     )

@@ -16,9 +16,10 @@ from contracts.messages import (
     DeleteRequest,
     UpdateReply,
     UpdateRequest,
+    compose_content,
 )
 from handlers.errors import NotFound
-from handlers.ops.checks import check_content, check_metadata, type_config
+from handlers.ops.checks import check_content, check_metadata, check_narrative, type_config
 from handlers.ops.clock import expiry_dt, ms_to_dt
 from handlers.ops.deps import Deps
 from handlers.ops.events import publish_event
@@ -32,10 +33,21 @@ from handlers.store.record import PERMANENT_MS, Record
 CLEAR_BATCH = 500
 
 
-def content_hash(type_: str, workflow_id: str | None, content: str) -> str:
+def content_hash(
+    type_: str,
+    workflow_id: str | None,
+    content: str,
+    title: str | None = None,
+    facts: list[str] | tuple[str, ...] = (),
+) -> str:
     """Exact-dedup key: the normalised content (case and runs of whitespace ignored) within
-    one type and one scope (a workflow, or general)."""
-    normal = " ".join(content.lower().split())
+    one type and one scope (a workflow, or general). An observation (one with a `title`) is
+    the same when its title and facts are, whatever its narrative says."""
+    if title is not None:
+        normal = "\0".join(" ".join(part.lower().split()) for part in (title, *facts))
+        normal = f"title\0{normal}"  # never equal to a plain content's key
+    else:
+        normal = " ".join(content.lower().split())
     raw = f"{type_}\0{workflow_id or ''}\0{normal}".encode()
     return hashlib.sha256(raw).hexdigest()[:32]
 
@@ -78,16 +90,25 @@ async def _near_duplicate(
 
 async def add(ns: str, req: AddRequest, deps: Deps) -> AddReply:
     cfg = type_config(deps.settings.types, req.type)
-    check_content(req.content)
+    content = req.content or ""  # the request composed it from the title when left out
+    check_narrative(req.narrative)
+    composed = req.title is not None and content == compose_content(
+        req.title, req.narrative, req.facts
+    )
+    check_content(content, composed=composed)
     metadata = check_metadata(req.metadata)
-    vec = await request_vector(ns, deps, text=req.content, given=req.embedding)
+    vec = await request_vector(ns, deps, text=content, given=req.embedding)
     now = deps.clock()
     workflow_id = storage_workflow(cfg, req.scope, req.workflow_id)
-    chash = "" if req.dedup == "none" else content_hash(req.type, workflow_id, req.content)
+    chash = (
+        ""
+        if req.dedup == "none"
+        else content_hash(req.type, workflow_id, content, req.title, req.facts)
+    )
     rec = Record(
         id=new_id(now),
         type=req.type,
-        content=req.content,
+        content=content,
         tags=tuple(req.tags),
         importance=cfg.importance if req.importance is None else req.importance,
         workflow_id=workflow_id,
@@ -99,6 +120,11 @@ async def add(ns: str, req: AddRequest, deps: Deps) -> AddReply:
         metadata=metadata,
         content_hash=chash,
         session_id=req.context.session_id if req.context else None,
+        title=req.title,
+        facts=req.facts,
+        narrative=req.narrative,
+        related_files=req.related_files,
+        related_people=req.related_people,
     )
     if req.dedup != "semantic":
         return await _write(ns, rec, vec, deps)
@@ -141,7 +167,7 @@ async def update(ns: str, req: UpdateRequest, deps: Deps) -> UpdateReply:
         vec = await request_vector(ns, deps, text=req.content)
         new = msgspec.structs.replace(new, content=req.content)
         if old.content_hash:  # a memory added with dedup "none" stays out of dedup
-            chash = content_hash(old.type, old.workflow_id, req.content)
+            chash = content_hash(old.type, old.workflow_id, req.content, old.title, old.facts)
             new = msgspec.structs.replace(new, content_hash=chash)
     if req.tags is not None:
         new = msgspec.structs.replace(new, tags=tuple(req.tags))

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from redisvl.query.filter import FilterExpression, Num, Tag
 
-from handlers.store.record import GENERAL
+from handlers.store.record import GENERAL, person_tag
 from handlers.store.schema import TEXT_FIELDS
 
 # Terms a full-text query carries at most: each is a clause of its own (see `text_match`).
@@ -46,6 +46,7 @@ def read_filter(
     *,
     types: Iterable[str] | None = None,
     tags: Iterable[str] | None = None,
+    people: Iterable[str] | None = None,
     since_ms: int | None = None,
     until_ms: int | None = None,
 ) -> FilterExpression:
@@ -67,6 +68,8 @@ def read_filter(
         f = f & (Tag("type") == list(types))
     if tags:
         f = f & (Tag("tags") == list(tags))
+    if people:
+        f = f & (Tag("people") == [person_tag(p) for p in people])
     if since_ms is not None:
         f = f & (Num("created_at") >= since_ms)
     if until_ms is not None:

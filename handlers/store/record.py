@@ -50,6 +50,12 @@ class Record(Summary, kw_only=True):
     content_hash: str = ""
     # The `context.session_id` of the add that wrote it.
     session_id: str | None = None
+    # Observation fields (seed 004).
+    title: str | None = None
+    facts: list[str] = []
+    narrative: str | None = None
+    related_files: list[str] = []
+    related_people: list[str] = []
 
 
 class Candidate(
@@ -94,16 +100,28 @@ class TypeGroup(msgspec.Struct, kw_only=True):
 
 
 S = TypeVar("S", bound=msgspec.Struct)
+_json = msgspec.json
 
 
 def storage_fields(cls: type[msgspec.Struct]) -> tuple[str, ...]:
     return tuple(f.encode_name for f in msgspec.structs.fields(cls))
 
 
-# Fields stored as one comma-joined string.
+# How a list is stored: a tuple of tags as one comma-joined string (the TAG field's own
+# format), any other list as JSON text (its items may hold commas).
 _TAG_LISTS = tuple(
     f.encode_name for f in msgspec.structs.fields(Record) if f.type == tuple[str, ...]
 )
+_JSON_LISTS = tuple(f.encode_name for f in msgspec.structs.fields(Record) if f.type == list[str])
+# The separator of the `people` TAG field: names may hold commas, rarely a bar.
+PEOPLE_SEPARATOR = "|"
+
+
+def person_tag(name: str) -> str:
+    """How a name is indexed and matched: lower-cased, without the separator."""
+    return " ".join(name.replace(PEOPLE_SEPARATOR, " ").lower().split())
+
+
 # What a read of a whole record asks for. `expires_at` first: the read and delete scripts
 # check it before anything else.
 RECORD_FIELDS = ("expires_at", *(f for f in storage_fields(Record) if f != "expires_at"))
@@ -117,9 +135,12 @@ def _stored(rec: Record) -> dict[str, Any]:
     out = msgspec.to_builtins(rec)
     for name in _TAG_LISTS:
         out[name] = ",".join(out[name])
+    for name in _JSON_LISTS:
+        out[name] = _json.encode(out[name]).decode() if out[name] else ""
     out["general"] = GENERAL if rec.workflow_id is None else "0"
     # Tags spelled out as words, so full-text search matches them too.
     out["tagtext"] = " ".join(rec.tags)
+    out["people"] = PEOPLE_SEPARATOR.join(dict.fromkeys(map(person_tag, rec.related_people)))
     return out
 
 
@@ -139,4 +160,9 @@ def decode(cls: type[S], values: dict[str, str]) -> S:
     for name in _TAG_LISTS:
         if name in values:
             values[name] = [t for t in values[name].split(",") if t]  # type: ignore[assignment]
+    for name in _JSON_LISTS:
+        if values.get(name):
+            values[name] = _json.decode(values[name])
+        else:
+            values.pop(name, None)
     return msgspec.convert(values, cls, strict=False)

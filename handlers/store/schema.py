@@ -8,6 +8,7 @@ from typing import Any
 import msgspec
 
 from handlers.store.keys import index_name, record_prefix
+from handlers.store.record import PEOPLE_SEPARATOR
 
 # The hash field that holds a memory's embedding (float32 bytes), written beside the record.
 VECTOR_FIELD = "embedding"
@@ -38,6 +39,8 @@ def schema_dict(ns: str, dimension: int) -> dict[str, Any]:
             {"name": "wf", "type": "tag", "attrs": {"case_sensitive": True}},
             {"name": "general", "type": "tag", "attrs": {"sortable": True}},
             {"name": "agent_id", "type": "tag", "attrs": {"case_sensitive": True}},
+            # `related_people`, lower-cased (record.person_tag), for the `people` filter.
+            {"name": "people", "type": "tag", "attrs": {"separator": PEOPLE_SEPARATOR}},
             {"name": "content", "type": "text"},
             {"name": "tagtext", "type": "text"},
             {"name": "mention_count", "type": "numeric", "attrs": {"sortable": True}},

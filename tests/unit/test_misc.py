@@ -42,6 +42,12 @@ def test_ids_sort_by_creation_time() -> None:
     assert len(set(ids)) == len(ids)
 
 
+def test_ids_made_in_one_millisecond_still_sort_in_the_order_they_were_made() -> None:
+    ids = [new_id(1_700_000_000_123) for _ in range(500)]
+    assert sorted(ids) == ids
+    assert len(set(ids)) == 500
+
+
 def test_id_encodes_its_time_in_the_first_ten_characters() -> None:
     first = new_id(1_700_000_000_000)
     second = new_id(1_700_000_000_000)

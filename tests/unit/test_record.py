@@ -39,6 +39,11 @@ def record(**changes: object) -> Record:
         metadata='{"k":1}',
         content_hash="c0ffee",
         session_id="s-1",
+        title="Database",
+        facts=["Postgres 16", "one cluster, per-tenant schemas"],
+        narrative="Chosen after the load test.",
+        related_files=["infra/db.tf"],
+        related_people=["Ana Lima", "Bo|Chen", "ana  LIMA"],
     )
     return msgspec.structs.replace(rec, **changes)
 
@@ -67,6 +72,12 @@ def test_a_new_record_is_the_hash_layout_earlier_versions_wrote_plus_new_fields(
         "mention_count": 1,
         "chash": "c0ffee",
         "session_id": "s-1",
+        "title": "Database",
+        "facts": '["Postgres 16","one cluster, per-tenant schemas"]',
+        "narrative": "Chosen after the load test.",
+        "related_files": '["infra/db.tf"]',
+        "related_people": '["Ana Lima","Bo|Chen","ana  LIMA"]',
+        "people": "ana lima|bo chen",
     }
 
 
@@ -80,10 +91,16 @@ def test_empty_optional_fields_are_not_written() -> None:
             metadata=None,
             content_hash="",
             session_id=None,
+            title=None,
+            facts=[],
+            narrative=None,
+            related_files=[],
+            related_people=[],
         )
     )
     assert fields["general"] == "1"
     optional = {"tags", "tagtext", "wf", "agent_id", "source", "metadata", "chash", "session_id"}
+    optional |= {"title", "facts", "narrative", "related_files", "related_people", "people"}
     assert not optional & set(fields)
     assert fields["importance"] == 0.7
 
@@ -128,7 +145,7 @@ def test_candidates_read_the_search_reply_names() -> None:
 
 def test_reads_ask_for_expiry_first_and_candidates_for_ranking_fields_only() -> None:
     assert RECORD_FIELDS[0] == "expires_at"
-    assert set(RECORD_FIELDS) == set(new_fields(record())) - {"general", "tagtext"}
+    assert set(RECORD_FIELDS) == set(new_fields(record())) - {"general", "tagtext", "people"}
     assert CANDIDATE_FIELDS == ("importance", "created_at", "expires_at", "mention_count")
 
 
