@@ -28,6 +28,8 @@ from contracts.messages import (
     Event,
     GetReply,
     GetRequest,
+    HistoryReply,
+    HistoryRequest,
     ListReply,
     ListRequest,
     Request,
@@ -265,11 +267,14 @@ class AgentMemory:
         narrative: str | None = None,
         related_files: Sequence[str] = (),
         related_people: Sequence[str] = (),
+        supersedes: Sequence[str] = (),
     ) -> AddReply:
         """Store a memory. A repeat of live content (same type and scope) is not stored
         twice: the reply's `duplicate_of` names the memory whose `mention_count` went up.
         An observation may leave `content` out and give a `title` (with `narrative`,
-        `facts`, ...): the content is then composed from them."""
+        `facts`, ...): the content is then composed from them. `supersedes` names older
+        memories this one replaces: reads then leave those out (reply: `superseded`,
+        `missing`)."""
         req = _build(
             AddRequest,
             type=type,
@@ -290,6 +295,7 @@ class AgentMemory:
             narrative=narrative,
             related_files=list(related_files),
             related_people=list(related_people),
+            supersedes=list(supersedes),
             context=self._context,
         )
         return await self._bus.request("add", req, AddReply)
@@ -333,6 +339,7 @@ class AgentMemory:
         max_tokens: int | None = None,
         diversify: float | None = None,
         people: Sequence[str] | None = None,
+        include_superseded: bool = False,
     ) -> SearchReply:
         req = _build(
             SearchRequest,
@@ -351,6 +358,7 @@ class AgentMemory:
             max_tokens=max_tokens,
             diversify=diversify,
             people=_opt_list(people),
+            include_superseded=include_superseded,
             context=self._context,
         )
         return await self._bus.request("search", req, SearchReply)
@@ -373,6 +381,7 @@ class AgentMemory:
         offset: int = 0,
         max_tokens: int | None = None,
         people: Sequence[str] | None = None,
+        include_superseded: bool = False,
     ) -> ListReply: ...
 
     @overload
@@ -387,6 +396,7 @@ class AgentMemory:
         offset: int = 0,
         max_tokens: int | None = None,
         people: Sequence[str] | None = None,
+        include_superseded: bool = False,
     ) -> CompactListReply: ...
 
     async def list(
@@ -400,6 +410,7 @@ class AgentMemory:
         offset: int = 0,
         max_tokens: int | None = None,
         people: Sequence[str] | None = None,
+        include_superseded: bool = False,
     ) -> ListReply | CompactListReply:
         req = _build(
             ListRequest,
@@ -412,6 +423,7 @@ class AgentMemory:
             offset=offset,
             max_tokens=max_tokens,
             people=_opt_list(people),
+            include_superseded=include_superseded,
             context=self._context,
         )
         reply_type = CompactListReply if mode == "compact" else ListReply
@@ -420,6 +432,12 @@ class AgentMemory:
     async def get(self, ids: Sequence[str]) -> GetReply:
         req = GetRequest(ids=list(ids), context=self._context)
         return await self._bus.request("get", req, GetReply)
+
+    async def history(self, id: str) -> HistoryReply:
+        """What happened to one memory, oldest first (readable for a while after a delete).
+        Unknown id: `NotFound`."""
+        req = _build(HistoryRequest, id=id, context=self._context)
+        return await self._bus.request("history", req, HistoryReply)
 
     async def delete(self, ids: Sequence[str]) -> DeleteReply:
         req = DeleteRequest(ids=list(ids), context=self._context)

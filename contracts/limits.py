@@ -17,6 +17,8 @@ MAX_FILE_CHARS = 512
 MAX_PERSON_CHARS = 128
 MAX_NARRATIVE_BYTES = 32 * 1024
 MAX_IDS = 100
+# Memories one `add` may supersede.
+MAX_SUPERSEDES = 10
 MAX_SEARCH_LIMIT = 100
 MAX_LIST_LIMIT = 200
 # RediSearch refuses to page past MAXSEARCHRESULTS (10k by default).

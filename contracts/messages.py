@@ -121,6 +121,9 @@ class AddRequest(Request, kw_only=True):
     related_files: Files = []
     # Names; matched case-insensitively by the `people` filters.
     related_people: People = []
+    # Older memories this one replaces (a changed decision): each gets `superseded_by`, and
+    # reads leave them out unless asked with `include_superseded`.
+    supersedes: Annotated[list[MemoryId], msgspec.Meta(max_length=limits.MAX_SUPERSEDES)] = []
 
     def __post_init__(self) -> None:
         self.tags = normalize_tags(self.tags)
@@ -175,6 +178,8 @@ class SearchRequest(Request, kw_only=True):
     diversify: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] | None = None
     # Memories naming any of these people (`related_people`, case-insensitive).
     people: People | None = None
+    # Also return memories that a newer one superseded.
+    include_superseded: bool = False
 
     def __post_init__(self) -> None:
         if self.query is None and self.embedding is None:
@@ -199,6 +204,8 @@ class ListRequest(Request, kw_only=True):
     max_tokens: MaxTokens | None = None
     # Memories naming any of these people (`related_people`, case-insensitive).
     people: People | None = None
+    # Also list memories that a newer one superseded.
+    include_superseded: bool = False
 
     def __post_init__(self) -> None:
         if self.tags is not None:
@@ -211,6 +218,10 @@ class GetRequest(Request, kw_only=True):
 
 class DeleteRequest(Request, kw_only=True):
     ids: Ids
+
+
+class HistoryRequest(Request, kw_only=True):
+    id: MemoryId
 
 
 class ClearByTypeRequest(Request, kw_only=True):
@@ -235,6 +246,7 @@ REQUEST_TYPES: dict[str, type[Request]] = {
     "delete": DeleteRequest,
     "clear_by_type": ClearByTypeRequest,
     "update": UpdateRequest,
+    "history": HistoryRequest,
 }
 
 # --------------------------------------------------------------------------- records
@@ -267,6 +279,8 @@ class Memory(msgspec.Struct, kw_only=True):
     narrative: str | None = None
     related_files: list[str] = []
     related_people: list[str] = []
+    # The id of the newer memory that replaced this one (`supersedes`), or null.
+    superseded_by: str | None = None
 
 
 class ScoredMemory(Memory, kw_only=True):
@@ -314,6 +328,9 @@ class AddReply(Reply, kw_only=True):
     # Set when the content repeated an existing memory: then `id` is that memory's id.
     duplicate_of: str | None = None
     mention_count: int = 1
+    # Of the request's `supersedes`: the ids now superseded by `id`, and those not found.
+    superseded: list[str] = []
+    missing: list[str] = []
 
 
 class UpdateReply(Reply, kw_only=True):
@@ -366,6 +383,28 @@ class CompactListReply(Reply, kw_only=True):
 class GetReply(Reply, kw_only=True):
     memories: list[Memory]
     missing: list[str]
+    truncated: bool = False
+
+
+class Change(msgspec.Struct, kw_only=True):
+    """A field's value before and after a change (null where it had none)."""
+
+    old: Any = None
+    new: Any = None
+
+
+class HistoryEntry(msgspec.Struct, kw_only=True):
+    # `added`, `updated`, `mentioned` (a dedup repeat), `superseded` or `deleted`.
+    event: str
+    at: datetime
+    agent_id: str | None = None
+    session_id: str | None = None
+    changes: dict[str, Change] = {}
+
+
+class HistoryReply(Reply, kw_only=True):
+    id: str
+    entries: list[HistoryEntry]
     truncated: bool = False
 
 

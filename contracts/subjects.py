@@ -25,6 +25,7 @@ OPERATIONS: tuple[str, ...] = (
     "delete",
     "clear_by_type",
     "update",
+    "history",
 )
 
 

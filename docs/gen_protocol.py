@@ -32,6 +32,8 @@ SECTIONS: list[tuple[str, list[type[msgspec.Struct]]]] = [
             m.DeleteRequest,
             m.ClearByTypeRequest,
             m.UpdateRequest,
+            m.HistoryRequest,
+            m.Context,
         ],
     ),
     (
@@ -46,10 +48,14 @@ SECTIONS: list[tuple[str, list[type[msgspec.Struct]]]] = [
             m.DeleteReply,
             m.ClearByTypeReply,
             m.UpdateReply,
+            m.HistoryReply,
             m.ErrorReply,
         ],
     ),
-    ("Records and events", [m.Memory, m.ScoredMemory, m.CompactMemory, m.Event]),
+    (
+        "Records and events",
+        [m.Memory, m.ScoredMemory, m.CompactMemory, m.HistoryEntry, m.Change, m.Event],
+    ),
 ]
 
 

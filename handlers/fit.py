@@ -8,7 +8,7 @@ from typing import Any
 
 import msgspec
 
-from contracts.messages import CompactListReply, GetReply, ListReply, SearchReply
+from contracts.messages import CompactListReply, GetReply, HistoryReply, ListReply, SearchReply
 
 # The list each trimmable reply may lose trailing items of.
 TRIMMABLE: dict[type[msgspec.Struct], str] = {
@@ -16,6 +16,7 @@ TRIMMABLE: dict[type[msgspec.Struct], str] = {
     ListReply: "memories",
     CompactListReply: "memories",
     GetReply: "memories",
+    HistoryReply: "entries",
 }
 
 _encoder = msgspec.json.Encoder()

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 import msgspec
 
 from handlers.ops.deps import Deps
+from handlers.ops.history import history
 from handlers.ops.reads import describe, get, list_
 from handlers.ops.search import search
 from handlers.ops.writes import add, clear_by_type, delete, update
@@ -26,6 +27,7 @@ OPERATIONS: dict[str, Operation] = {
     "delete": delete,  # type: ignore[dict-item]
     "clear_by_type": clear_by_type,  # type: ignore[dict-item]
     "update": update,  # type: ignore[dict-item]
+    "history": history,  # type: ignore[dict-item]
 }
 
 __all__ = [

@@ -66,6 +66,7 @@ async def list_(ns: str, req: ListRequest, deps: Deps) -> ListReply | CompactLis
         types=req.types,
         tags=req.tags,
         people=req.people,
+        current=not req.include_superseded,
     )
     if req.mode == "compact":
         page = await deps.store.page(ns, where, Summary, offset=req.offset, limit=req.limit)

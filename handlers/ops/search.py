@@ -20,7 +20,7 @@ from handlers.ops.replies import to_scored
 from handlers.ops.scoping import read_scope
 from handlers.ops.terms import query_terms
 from handlers.ops.vectors import request_vector
-from handlers.store.filters import read_filter, text_terms
+from handlers.store.filters import CURRENT, read_filter, text_terms
 from handlers.store.record import Candidate
 
 
@@ -75,14 +75,19 @@ async def search(ns: str, req: SearchRequest, deps: Deps) -> SearchReply:
         since_ms=dt_to_ms(req.since) if req.since else None,
         until_ms=dt_to_ms(req.until) if req.until else None,
     )
+    # The text query takes "not superseded" apart from the filter (see `text_match`).
+    current = not req.include_superseded
+    knn_where = where & CURRENT if current else where
     k = ranking.overfetch(req.limit)
     vec: np.ndarray | None = None
     if mode != "text":
         vec = await request_vector(ns, deps, text=req.query, given=req.embedding)
     # The vector and full-text queries run side by side.
     nearest, matches = await asyncio.gather(
-        deps.store.knn(ns, vec, where, k) if vec is not None else _nothing(),
-        deps.store.text(ns, terms, where, k) if mode != "vector" and terms else _nothing(),
+        deps.store.knn(ns, vec, knn_where, k) if vec is not None else _nothing(),
+        deps.store.text(ns, terms, where, k, current=current)
+        if mode != "vector" and terms
+        else _nothing(),
     )
     c = Candidates()
     for i, m in enumerate(nearest, 1):
@@ -146,7 +151,9 @@ async def _complete(
         ]
     stored, rescored = await asyncio.gather(
         deps.store.vectors(ns, extra),
-        deps.store.text(ns, terms, where, len(unscored), among=unscored)
+        deps.store.text(
+            ns, terms, where, len(unscored), among=unscored, current=not req.include_superseded
+        )
         if unscored and linear
         else _nothing(),
     )

@@ -23,6 +23,7 @@ from handlers.ops.checks import check_content, check_metadata, check_narrative, 
 from handlers.ops.clock import expiry_dt, ms_to_dt
 from handlers.ops.deps import Deps
 from handlers.ops.events import publish_event
+from handlers.ops.history import entry, update_changes
 from handlers.ops.ranking import similarity
 from handlers.ops.scoping import storage_workflow
 from handlers.ops.vectors import request_vector
@@ -70,19 +71,20 @@ async def _repeated(ns: str, rec: Record, deps: Deps, now: int) -> AddReply:
 
 
 async def _near_duplicate(
-    ns: str, type_: str, workflow_id: str | None, vec: np.ndarray, threshold: float, deps: Deps
+    ns: str, req: AddRequest, workflow_id: str | None, vec: np.ndarray, deps: Deps
 ) -> Record | None:
-    """Count a mention of the closest live memory of the same type and scope, if it is at
-    least `threshold` similar; that memory after the mention."""
+    """Count a mention of the closest live, current memory of the same type and scope, if it
+    is at least the threshold similar; that memory after the mention."""
+    threshold = req.dedup_threshold or deps.settings.dedup_threshold
     scope = ReadScope(workflow_id=workflow_id, general=workflow_id is None)
-    where = read_filter(None, scope, types=[type_])
+    where = read_filter(None, scope, types=[req.type], current=True)
     now = deps.clock()
     for cand in await deps.store.knn(ns, vec, where, 3):
         if cand.expires_at <= now:
             continue
         if similarity(cand.distance or 0.0) < threshold:
             return None
-        rec = await deps.store.mention(ns, cand.id, now)
+        rec = await deps.store.mention(ns, cand.id, now, entry("mentioned", now, req, req.agent_id))
         if rec is not None:
             return rec
     return None
@@ -127,28 +129,49 @@ async def add(ns: str, req: AddRequest, deps: Deps) -> AddReply:
         related_people=req.related_people,
     )
     if req.dedup != "semantic":
-        return await _write(ns, rec, vec, deps)
-    # The near-duplicate check and the write are one step across handlers: two similar adds
-    # at the same moment must not both miss each other. Exact repeats need no lock (Lua).
-    async with deps.store.exclusive(ns, f"dedup:{req.type}:{workflow_id or ''}"):
-        threshold = req.dedup_threshold or deps.settings.dedup_threshold
-        near = await _near_duplicate(ns, req.type, workflow_id, vec, threshold, deps)
-        if near is not None:
-            return await _repeated(ns, near, deps, deps.clock())
-        return await _write(ns, rec, vec, deps)
+        reply = await _write(ns, req, rec, vec, deps)
+    else:
+        # The near-duplicate check and the write are one step across handlers: two similar
+        # adds at the same moment must not both miss each other. Exact repeats need no lock.
+        async with deps.store.exclusive(ns, f"dedup:{req.type}:{workflow_id or ''}"):
+            near = await _near_duplicate(ns, req, workflow_id, vec, deps)
+            if near is not None:
+                reply = await _repeated(ns, near, deps, deps.clock())
+            else:
+                reply = await _write(ns, req, rec, vec, deps)
+    if req.supersedes:
+        await _supersede(ns, req, reply, deps)
+    return reply
 
 
-async def _write(ns: str, rec: Record, vec: np.ndarray, deps: Deps) -> AddReply:
-    repeat = await deps.store.add(ns, rec, vec, rec.created_at)
+async def _write(ns: str, req: AddRequest, rec: Record, vec: np.ndarray, deps: Deps) -> AddReply:
+    now = rec.created_at
+    repeat = await deps.store.add(ns, rec, vec, now, entry("added", now, req, req.agent_id))
     if repeat is not None:
-        return await _repeated(ns, repeat, deps, rec.created_at)
-    await publish_event(deps, ns, "added", rec, rec.created_at)
+        return await _repeated(ns, repeat, deps, now)
+    await publish_event(deps, ns, "added", rec, now)
     return AddReply(
         id=rec.id,
         workflow_id=rec.workflow_id,
         importance=rec.importance,
         expires_at=expiry_dt(rec.expires_at),
     )
+
+
+async def _supersede(ns: str, req: AddRequest, reply: AddReply, deps: Deps) -> None:
+    """Mark the memories the add replaces (a memory never supersedes itself)."""
+    now = deps.clock()
+    ids = [mid for mid in dict.fromkeys(req.supersedes) if mid != reply.id]
+    done = await deps.store.supersede(
+        ns, ids, reply.id, now, entry("superseded", now, req, req.agent_id)
+    )
+    for mid, rec in zip(ids, done, strict=True):
+        if rec is None:
+            reply.missing.append(mid)
+        else:
+            reply.superseded.append(mid)
+            await publish_event(deps, ns, "updated", rec, now, agent_id=req.agent_id)
+    reply.missing.extend(mid for mid in req.supersedes if mid == reply.id)
 
 
 async def update(ns: str, req: UpdateRequest, deps: Deps) -> UpdateReply:
@@ -175,7 +198,9 @@ async def update(ns: str, req: UpdateRequest, deps: Deps) -> UpdateReply:
         new = msgspec.structs.replace(new, importance=req.importance)
     if req.ttl_s is not None:
         new = msgspec.structs.replace(new, expires_at=_expires(now, req.ttl_s))
-    if not await deps.store.update(ns, old, new, vec, now):
+    changes = update_changes(old, new)
+    done = entry("updated", now, req, req.agent_id, changes)
+    if not await deps.store.update(ns, old, new, vec, now, done):
         raise missing
     await publish_event(deps, ns, "updated", new, now, agent_id=req.agent_id)
     return UpdateReply(
@@ -187,9 +212,12 @@ async def update(ns: str, req: UpdateRequest, deps: Deps) -> UpdateReply:
     )
 
 
-async def _delete_and_announce(ns: str, ids: list[str], deps: Deps) -> tuple[int, list[str]]:
+async def _delete_and_announce(
+    ns: str, ids: list[str], req: DeleteRequest | ClearByTypeRequest, deps: Deps
+) -> tuple[int, list[str]]:
     now = deps.clock()
-    deleted = await deps.store.delete(ns, ids, now)
+    keep_ms = deps.settings.history_after_delete_s * 1000
+    deleted = await deps.store.delete(ns, ids, now, entry("deleted", now, req), keep_ms)
     missing = []
     for mid, rec in zip(ids, deleted, strict=True):
         if rec is None:
@@ -200,7 +228,7 @@ async def _delete_and_announce(ns: str, ids: list[str], deps: Deps) -> tuple[int
 
 
 async def delete(ns: str, req: DeleteRequest, deps: Deps) -> DeleteReply:
-    deleted, missing = await _delete_and_announce(ns, list(dict.fromkeys(req.ids)), deps)
+    deleted, missing = await _delete_and_announce(ns, list(dict.fromkeys(req.ids)), req, deps)
     return DeleteReply(deleted=deleted, missing=missing)
 
 
@@ -216,7 +244,7 @@ async def clear_by_type(ns: str, req: ClearByTypeRequest, deps: Deps) -> ClearBy
         ids = await deps.store.ids(ns, where, CLEAR_BATCH)
         if not ids:
             break
-        deleted, _ = await _delete_and_announce(ns, ids, deps)
+        deleted, _ = await _delete_and_announce(ns, ids, req, deps)
         total += deleted
         if deleted == 0:
             # Everything we saw was removed by someone else meanwhile; the index has caught up.

@@ -24,6 +24,9 @@ INDEX_STOPWORDS = frozenset(
     """.split()  # noqa: SIM905 - a word list reads better as text
 )
 _ALNUM_RE = re.compile(r"[^\W_]", re.UNICODE)
+# Memories no newer memory superseded. A negation, so memories written before `supersedes`
+# existed (without the flag) pass it too.
+CURRENT = Tag("superseded") != "1"
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,11 +52,13 @@ def read_filter(
     people: Iterable[str] | None = None,
     since_ms: int | None = None,
     until_ms: int | None = None,
+    current: bool = False,
 ) -> FilterExpression:
     """The filter every read applies: live (not expired), in scope, and the request's filters.
 
     `now_ms=None` leaves expiry out, for a caller that checks `expires_at` itself (vector
     search does: a numeric range over every document slows RediSearch's hybrid KNN down).
+    `current` leaves out memories that a newer one superseded.
     """
     general = Tag("general") == GENERAL
     where: FilterExpression
@@ -70,6 +75,8 @@ def read_filter(
         f = f & (Tag("tags") == list(tags))
     if people:
         f = f & (Tag("people") == [person_tag(p) for p in people])
+    if current:
+        f = f & CURRENT
     if since_ms is not None:
         f = f & (Num("created_at") >= since_ms)
     if until_ms is not None:
@@ -83,7 +90,7 @@ def text_terms(terms: list[str]) -> list[str]:
     return kept[:MAX_TEXT_TERMS]
 
 
-def text_match(terms: Iterable[str], where: FilterExpression) -> str:
+def text_match(terms: Iterable[str], where: FilterExpression, current: bool = False) -> str:
     """A RediSearch query for documents passing `where` that contain any of `terms`, each
     term intersected with the filter on its own and the clauses joined at the top.
 
@@ -92,6 +99,10 @@ def text_match(terms: Iterable[str], where: FilterExpression) -> str:
     (measured on LoCoMo: text recall@10 0.563 that way, 0.660 this way). A top-level OR
     scores every clause a document matches, which is plain BM25. A term that matches both
     content and tags counts once.
+
+    `current` (leave out superseded memories) is intersected with the whole union instead:
+    inside the weight-0 filter, RediSearch's negation changed BM25 (measured: a workflow
+    memory scored 2/3 of an identical general one).
     """
     flt = str(where)
     # Weight 0: a tag in the filter would otherwise add its own BM25 share (a workflow's tag
@@ -101,4 +112,5 @@ def text_match(terms: Iterable[str], where: FilterExpression) -> str:
     for term in terms:
         fields = " | ".join(f"@{field}:{term}" for field in TEXT_FIELDS)
         clauses.append(f"(({fields}){flt})")
-    return " | ".join(clauses)
+    query = " | ".join(clauses)
+    return f"({query}) {CURRENT}" if current else query

@@ -42,6 +42,16 @@ def dedup_key(ns: str, content_hash: str) -> str:
     return dedup_prefix(ns) + content_hash if content_hash else ""
 
 
+def history_key(ns: str, memory_id: str) -> str:
+    """A memory's history: a list of JSON entries, oldest first. It expires with the memory,
+    and is kept for a while after a delete."""
+    return f"{ROOT}:{ns}:hist:{memory_id}"
+
+
+def history_prefix(ns: str) -> str:
+    return history_key(ns, "")
+
+
 def lock_key(ns: str, name: str) -> str:
     return f"{ROOT}:{ns}:lock:{name}"
 
@@ -51,9 +61,12 @@ def meta_key(ns: str) -> str:
     return f"{ROOT}:meta:{ns}"
 
 
-def memory_keys(ns: str, ids: list[str]) -> list[str]:
-    """Record and access key of each memory, interleaved, as the Lua scripts take them."""
+def memory_keys(ns: str, ids: list[str], history: bool = False) -> list[str]:
+    """Record and access key (and history key) of each memory, interleaved, as the Lua
+    scripts take them."""
     keys: list[str] = []
     for mid in ids:
         keys += [record_key(ns, mid), access_key(ns, mid)]
+        if history:
+            keys.append(history_key(ns, mid))
     return keys

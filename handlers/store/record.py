@@ -56,6 +56,8 @@ class Record(Summary, kw_only=True):
     narrative: str | None = None
     related_files: list[str] = []
     related_people: list[str] = []
+    # The id of the newer memory that replaced this one (`supersedes`).
+    superseded_by: str | None = None
 
 
 class Candidate(
@@ -73,6 +75,17 @@ class Candidate(
     # Cosine distance (0..2) from the vector query; BM25 from the full-text query.
     distance: float | None = None
     text_score: float | None = None
+
+
+class Entry(msgspec.Struct, kw_only=True):
+    """One entry of a memory's history, as stored (a JSON item of its history list)."""
+
+    event: str  # added, updated, mentioned, superseded, deleted
+    at: int  # epoch ms
+    agent_id: str | None = None
+    session_id: str | None = None
+    # Field -> {"old": ..., "new": ...}, values as replies show them.
+    changes: dict[str, dict[str, Any]] = {}
 
 
 class Fetched(NamedTuple):
@@ -107,6 +120,7 @@ def storage_fields(cls: type[msgspec.Struct]) -> tuple[str, ...]:
     return tuple(f.encode_name for f in msgspec.structs.fields(cls))
 
 
+_NAMES = {f.name: f.encode_name for f in msgspec.structs.fields(Record)}
 # How a list is stored: a tuple of tags as one comma-joined string (the TAG field's own
 # format), any other list as JSON text (its items may hold commas).
 _TAG_LISTS = tuple(
@@ -141,7 +155,19 @@ def _stored(rec: Record) -> dict[str, Any]:
     # Tags spelled out as words, so full-text search matches them too.
     out["tagtext"] = " ".join(rec.tags)
     out["people"] = PEOPLE_SEPARATOR.join(dict.fromkeys(map(person_tag, rec.related_people)))
+    out.update(_superseded(rec.superseded_by))
     return out
+
+
+def _superseded(by: str | None) -> dict[str, Any]:
+    # `superseded` is a flag for the index: reads filter on its absence, which a memory
+    # written before supersedes existed also passes.
+    return {_NAMES["superseded_by"]: by, "superseded": "1" if by else ""}
+
+
+def supersede_fields(by: str) -> dict[str, Any]:
+    """What to HSET on a memory that `by` supersedes."""
+    return _superseded(by)
 
 
 def new_fields(rec: Record) -> dict[str, Any]:

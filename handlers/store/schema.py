@@ -41,6 +41,8 @@ def schema_dict(ns: str, dimension: int) -> dict[str, Any]:
             {"name": "agent_id", "type": "tag", "attrs": {"case_sensitive": True}},
             # `related_people`, lower-cased (record.person_tag), for the `people` filter.
             {"name": "people", "type": "tag", "attrs": {"separator": PEOPLE_SEPARATOR}},
+            # "1" once a newer memory superseded it (see record.supersede_fields).
+            {"name": "superseded", "type": "tag"},
             {"name": "content", "type": "text"},
             {"name": "tagtext", "type": "text"},
             {"name": "mention_count", "type": "numeric", "attrs": {"sortable": True}},

@@ -2,7 +2,9 @@
 
 The scripts name record fields as `$field` (the protocol's name), replaced by the field's
 storage name from `record.Record`, so a renamed field changes in one place. Where a script
-returns a record, the caller says which fields, `expires_at` first.
+returns a record, the caller says which fields, `expires_at` first. Each change also appends
+its entry (JSON, made by the caller; `mentioned` completed here) to the memory's history list,
+in the same atomic step.
 """
 
 from __future__ import annotations
@@ -16,8 +18,17 @@ from handlers.store.record import Record
 _NAMES = {f.name: f.encode_name for f in msgspec.structs.fields(Record)}
 
 
+# A memory's history list expires when the memory does (PEXPIRETIME -1: never).
+_FOLLOW = """
+local function follow(hist, rec)
+  local t = redis.call('PEXPIRETIME', rec)
+  if t > 0 then redis.call('PEXPIREAT', hist, t) elseif t == -1 then redis.call('PERSIST', hist) end
+end
+"""
+
+
 def _script(source: str) -> str:
-    return Template(source).substitute(_NAMES)
+    return _FOLLOW + Template(source).substitute(_NAMES)
 
 
 # Read live memories and (when ARGV[2] is '1') count this access, in one round trip. ARGV[1]
@@ -52,17 +63,19 @@ return out
 """)
 
 # Delete live memories (record, access and dedup keys) and return each one's fields,
-# atomically, so that two concurrent deletes report (and publish) each memory once.
-# KEYS: record and access key of each memory. ARGV[1] is now (ms), ARGV[2] the namespace's
-# dedup key prefix, ARGV[3..] the fields to return, `expires_at` first. Each result is false
-# (missing or expired) or the field values.
+# atomically, so that two concurrent deletes report (and publish) each memory once. The
+# history gets a `deleted` entry and outlives the memory by ARGV[4] ms.
+# KEYS: record, access and history key of each memory. ARGV[1] is now (ms), ARGV[2] the
+# namespace's dedup key prefix, ARGV[3] the history entry, ARGV[4] how long history stays,
+# ARGV[5..] the fields to return, `expires_at` first. Each result is false (missing or
+# expired) or the field values.
 DELETE_LUA = _script("""
 local out = {}
 local now = tonumber(ARGV[1])
 local fields = {}
-for j = 3, #ARGV do fields[#fields + 1] = ARGV[j] end
-for i = 1, #KEYS, 2 do
-  local rec, acc = KEYS[i], KEYS[i + 1]
+for j = 5, #ARGV do fields[#fields + 1] = ARGV[j] end
+for i = 1, #KEYS, 3 do
+  local rec, acc, hist = KEYS[i], KEYS[i + 1], KEYS[i + 2]
   local f = redis.call('HMGET', rec, '$id', '$content_hash')
   if f[2] and redis.call('GET', ARGV[2] .. f[2]) == f[1] then
     redis.call('DEL', ARGV[2] .. f[2])
@@ -70,6 +83,8 @@ for i = 1, #KEYS, 2 do
   local vals = redis.call('HMGET', rec, unpack(fields))
   if f[1] and tonumber(vals[1] or '0') > now then
     redis.call('DEL', rec, acc)
+    redis.call('RPUSH', hist, ARGV[3])
+    redis.call('PEXPIRE', hist, ARGV[4])
     out[#out + 1] = vals
   else
     if f[1] then redis.call('DEL', rec, acc) end
@@ -80,69 +95,85 @@ return out
 """)
 
 # Add a memory unless its exact content (same type and scope) is already live: then count a
-# mention of that memory (mention_count, updated_at) instead and return it. Check and write
-# are one atomic step, so two handlers adding the same content at the same moment leave one
-# record. KEYS: dedup key ('' when the add opted out of dedup), new record key. ARGV: now,
-# expires (ms, or 0 for permanent), record key prefix, n, the n fields to return of a
-# repeated memory, then the new record's field/value pairs. Returns false when it wrote the
-# new memory, else the repeated memory's field values.
+# mention of that memory (mention_count, updated_at, a `mentioned` history entry) instead and
+# return it. Check and write are one atomic step, so two handlers adding the same content at
+# the same moment leave one record. KEYS: dedup key ('' when the add opted out of dedup), new
+# record key. ARGV: now, expires (ms, or 0 for permanent), record key prefix, history key
+# prefix, the history entry, n, the n fields to return of a repeated memory, then the new
+# record's field/value pairs. Returns false when it wrote the new memory, else the repeated
+# memory's field values.
 ADD_LUA = _script("""
 local dkey, rec = KEYS[1], KEYS[2]
 local now = tonumber(ARGV[1])
-local n = tonumber(ARGV[4])
+local n = tonumber(ARGV[6])
 local existing = false
 if dkey ~= '' then existing = redis.call('GET', dkey) end
 if existing then
   local old = ARGV[3] .. existing
   local expires = redis.call('HGET', old, '$expires_at')
   if expires and tonumber(expires) > now then
-    redis.call('HINCRBY', old, '$mention_count', 1)
+    local count = redis.call('HINCRBY', old, '$mention_count', 1)
     redis.call('HSET', old, '$updated_at', ARGV[1])
+    local entry = cjson.decode(ARGV[5])
+    entry['event'] = 'mentioned'
+    entry['changes'] = {mention_count = {old = count - 1, new = count}}
+    redis.call('RPUSH', ARGV[4] .. existing, cjson.encode(entry))
+    follow(ARGV[4] .. existing, old)
     local fields = {}
-    for j = 5, 4 + n do fields[#fields + 1] = ARGV[j] end
+    for j = 7, 6 + n do fields[#fields + 1] = ARGV[j] end
     return redis.call('HMGET', old, unpack(fields))
   end
 end
 local pairs = {}
-for j = 5 + n, #ARGV do pairs[#pairs + 1] = ARGV[j] end
+for j = 7 + n, #ARGV do pairs[#pairs + 1] = ARGV[j] end
 redis.call('HSET', rec, unpack(pairs))
+local id = redis.call('HGET', rec, '$id')
 if ARGV[2] ~= '0' then redis.call('PEXPIREAT', rec, ARGV[2]) end
+redis.call('RPUSH', ARGV[4] .. id, ARGV[5])
+follow(ARGV[4] .. id, rec)
 if dkey ~= '' then
-  redis.call('SET', dkey, redis.call('HGET', rec, '$id'))
+  redis.call('SET', dkey, id)
   if ARGV[2] ~= '0' then redis.call('PEXPIREAT', dkey, ARGV[2]) end
 end
 return false
 """)
 
-# Count one more mention of a live memory (a near-duplicate add). KEYS: record. ARGV: now,
-# then the fields to return. Returns false when the memory is gone, else its field values
-# after the mention.
+# Count one more mention of a live memory (a near-duplicate add). KEYS: record, history.
+# ARGV: now, the history entry, then the fields to return. Returns false when the memory is
+# gone, else its field values after the mention.
 MENTION_LUA = _script("""
 local f = redis.call('HMGET', KEYS[1], '$expires_at', '$id')
 if not f[2] or tonumber(f[1]) <= tonumber(ARGV[1]) then return false end
-redis.call('HINCRBY', KEYS[1], '$mention_count', 1)
+local count = redis.call('HINCRBY', KEYS[1], '$mention_count', 1)
 redis.call('HSET', KEYS[1], '$updated_at', ARGV[1])
+local entry = cjson.decode(ARGV[2])
+entry['event'] = 'mentioned'
+entry['changes'] = {mention_count = {old = count - 1, new = count}}
+redis.call('RPUSH', KEYS[2], cjson.encode(entry))
+follow(KEYS[2], KEYS[1])
 local fields = {}
-for j = 2, #ARGV do fields[#fields + 1] = ARGV[j] end
+for j = 3, #ARGV do fields[#fields + 1] = ARGV[j] end
 return redis.call('HMGET', KEYS[1], unpack(fields))
 """)
 
-# Update a live memory: set fields, move its dedup key, and re-apply expiry to every key.
-# KEYS: record, access, old dedup key, new dedup key. ARGV: now, expiry ('keep', 'persist' or
-# ms), then field/value pairs. Returns false when the memory is missing or expired.
+# Update a live memory: set fields, move its dedup key, append the history entry, and
+# re-apply expiry to every key. KEYS: record, access, old dedup key, new dedup key, history.
+# ARGV: now, expiry ('keep', 'persist' or ms), the history entry, then field/value pairs.
+# Returns false when the memory is missing or expired.
 UPDATE_LUA = _script("""
-local rec, acc, olddk, newdk = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local rec, acc, olddk, newdk, hist = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local now = tonumber(ARGV[1])
 local f = redis.call('HMGET', rec, '$id', '$expires_at')
 if not f[1] or tonumber(f[2]) <= now then return false end
 local pairs = {}
-for j = 3, #ARGV do pairs[#pairs + 1] = ARGV[j] end
+for j = 4, #ARGV do pairs[#pairs + 1] = ARGV[j] end
 if #pairs > 0 then redis.call('HSET', rec, unpack(pairs)) end
 if olddk ~= newdk and newdk ~= '' then
   if redis.call('GET', olddk) == f[1] then redis.call('DEL', olddk) end
   redis.call('SET', newdk, f[1], 'NX')
 end
-local keys = {rec, acc}
+redis.call('RPUSH', hist, ARGV[3])
+local keys = {rec, acc, hist}
 if newdk ~= '' and redis.call('GET', newdk) == f[1] then keys[#keys + 1] = newdk end
 local t
 if ARGV[2] == 'keep' then t = redis.call('PEXPIRETIME', rec) else t = ARGV[2] end
@@ -151,4 +182,37 @@ for _, k in ipairs(keys) do
   elseif tonumber(t) > 0 then redis.call('PEXPIREAT', k, t) end
 end
 return 1
+""")
+
+# Mark live memories as superseded by a newer one: set its id (and the index flag), append a
+# `superseded` history entry with the old and new `superseded_by`, drop its exact-dedup key
+# (the same content added again is a new, current memory), and return each one's fields.
+# KEYS: record and history key of each memory. ARGV: now, the newer id, the history entry,
+# the dedup key prefix, n, the n field/value pairs to set (2n values), then the fields to
+# return, `expires_at` first. Each result is false (missing or expired) or the values.
+SUPERSEDE_LUA = _script("""
+local out = {}
+local now = tonumber(ARGV[1])
+local n = tonumber(ARGV[5])
+local pairs, fields = {}, {}
+for j = 6, 5 + 2 * n do pairs[#pairs + 1] = ARGV[j] end
+for j = 6 + 2 * n, #ARGV do fields[#fields + 1] = ARGV[j] end
+for i = 1, #KEYS, 2 do
+  local rec, hist = KEYS[i], KEYS[i + 1]
+  local f = redis.call('HMGET', rec, '$id', '$expires_at', '$superseded_by', '$content_hash')
+  if f[1] and tonumber(f[2]) > now then
+    redis.call('HSET', rec, unpack(pairs))
+    if f[4] and redis.call('GET', ARGV[4] .. f[4]) == f[1] then
+      redis.call('DEL', ARGV[4] .. f[4])
+    end
+    local entry = cjson.decode(ARGV[3])
+    entry['changes'] = {superseded_by = {old = f[3] or cjson.null, new = ARGV[2]}}
+    redis.call('RPUSH', hist, cjson.encode(entry))
+    follow(hist, rec)
+    out[#out + 1] = redis.call('HMGET', rec, unpack(fields))
+  else
+    out[#out + 1] = false
+  end
+end
+return out
 """)

@@ -36,6 +36,7 @@ from handlers.store.record import (
     RECORD_FIELDS,
     SUMMARY_FIELDS,
     Candidate,
+    Entry,
     Fetched,
     Record,
     Summary,
@@ -43,10 +44,18 @@ from handlers.store.record import (
     changed_fields,
     decode,
     new_fields,
+    supersede_fields,
 )
 from handlers.store.resp import Found, parse_row, parse_search, text
 from handlers.store.schema import VECTOR_FIELD, NamespaceMeta
-from handlers.store.scripts import ADD_LUA, DELETE_LUA, FETCH_LUA, MENTION_LUA, UPDATE_LUA
+from handlers.store.scripts import (
+    ADD_LUA,
+    DELETE_LUA,
+    FETCH_LUA,
+    MENTION_LUA,
+    SUPERSEDE_LUA,
+    UPDATE_LUA,
+)
 
 T = TypeVar("T")
 S = TypeVar("S", Summary, Record)
@@ -61,6 +70,13 @@ class Page(NamedTuple, Generic[S]):
 
 def _record(names: tuple[str, ...], values: list[Any]) -> Record:
     return decode(Record, {n: text(v) for n, v in zip(names, values, strict=True) if v is not None})
+
+
+_entries = msgspec.json.Decoder(Entry)
+
+
+def _entry(entry: Entry) -> bytes:
+    return msgspec.json.encode(entry)
 
 
 def _args(fields: dict[str, Any]) -> list[Any]:
@@ -82,6 +98,7 @@ class Store:
         self._add = client.register_script(ADD_LUA)
         self._mention = client.register_script(MENTION_LUA)
         self._update = client.register_script(UPDATE_LUA)
+        self._supersede = client.register_script(SUPERSEDE_LUA)
 
     async def meta(self, ns: str) -> NamespaceMeta:
         """What the namespace's vectors are (its index is created on first use)."""
@@ -100,14 +117,17 @@ class Store:
 
     # ------------------------------------------------------------------------- writes
 
-    async def add(self, ns: str, rec: Record, vector: np.ndarray, now_ms: int) -> Record | None:
+    async def add(
+        self, ns: str, rec: Record, vector: np.ndarray, now_ms: int, entry: Entry
+    ) -> Record | None:
         """Write a new memory, or, when its content hash is live already, count a mention of
-        that memory instead and return it (one atomic script)."""
+        that memory instead and return it (one atomic script). `entry` goes to the history
+        of whichever it was (as `mentioned` for a repeat)."""
         fields = new_fields(rec)
         fields[VECTOR_FIELD] = vector.astype(np.float32).tobytes()
         expires = 0 if rec.expires_at == PERMANENT_MS else rec.expires_at
-        args: list[Any] = [now_ms, expires, keys.record_prefix(ns), len(RECORD_FIELDS)]
-        args += RECORD_FIELDS
+        args: list[Any] = [now_ms, expires, keys.record_prefix(ns), keys.history_prefix(ns)]
+        args += [_entry(entry), len(RECORD_FIELDS), *RECORD_FIELDS]
         dedup = keys.dedup_key(ns, rec.content_hash)
         async with self._guard():
             out = await self._add(
@@ -115,16 +135,23 @@ class Store:
             )
         return _record(RECORD_FIELDS, out) if out else None
 
-    async def mention(self, ns: str, memory_id: str, now_ms: int) -> Record | None:
+    async def mention(self, ns: str, memory_id: str, now_ms: int, entry: Entry) -> Record | None:
         """Count one more mention of a live memory; the memory after it, or None if gone."""
+        memory_keys = [keys.record_key(ns, memory_id), keys.history_key(ns, memory_id)]
         async with self._guard():
             out = await self._mention(
-                keys=[keys.record_key(ns, memory_id)], args=[now_ms, *RECORD_FIELDS]
+                keys=memory_keys, args=[now_ms, _entry(entry), *RECORD_FIELDS]
             )
         return _record(RECORD_FIELDS, out) if out else None
 
     async def update(
-        self, ns: str, old: Record, new: Record, vector: np.ndarray | None, now_ms: int
+        self,
+        ns: str,
+        old: Record,
+        new: Record,
+        vector: np.ndarray | None,
+        now_ms: int,
+        entry: Entry,
     ) -> bool:
         """Turn a live memory `old` into `new` (its dedup key and expiry follow, on every key
         of the memory); False when it is gone."""
@@ -140,18 +167,52 @@ class Store:
             keys.access_key(ns, old.id),
             keys.dedup_key(ns, old.content_hash),
             keys.dedup_key(ns, new.content_hash),
+            keys.history_key(ns, old.id),
         ]
+        args = [now_ms, expiry, _entry(entry), *_args(fields)]
         async with self._guard():
-            return bool(await self._update(keys=memory_keys, args=[now_ms, expiry, *_args(fields)]))
+            return bool(await self._update(keys=memory_keys, args=args))
 
-    async def delete(self, ns: str, ids: list[str], now_ms: int) -> list[Record | None]:
-        """Delete live memories; each one's record as it was, or None where missing."""
+    async def delete(
+        self, ns: str, ids: list[str], now_ms: int, entry: Entry, history_ms: int
+    ) -> list[Record | None]:
+        """Delete live memories; each one's record as it was, or None where missing. Their
+        history gets `entry` and stays readable for `history_ms`."""
         if not ids:
             return []
-        args: list[Any] = [now_ms, keys.dedup_prefix(ns), *RECORD_FIELDS]
+        args: list[Any] = [now_ms, keys.dedup_prefix(ns), _entry(entry), history_ms]
+        args += RECORD_FIELDS
         async with self._guard():
-            rows = await self._delete(keys=keys.memory_keys(ns, ids), args=args)
+            rows = await self._delete(keys=keys.memory_keys(ns, ids, history=True), args=args)
         return [_record(RECORD_FIELDS, row) if row else None for row in rows]
+
+    async def supersede(
+        self, ns: str, ids: list[str], by: str, now_ms: int, entry: Entry
+    ) -> list[Record | None]:
+        """Mark live memories as superseded by memory `by`; each one's record after it, or
+        None where missing. Their history gets `entry` with the change."""
+        if not ids:
+            return []
+        memory_keys: list[str] = []
+        for mid in ids:
+            memory_keys += [keys.record_key(ns, mid), keys.history_key(ns, mid)]
+        pairs = _args(supersede_fields(by))
+        args: list[Any] = [now_ms, by, _entry(entry), keys.dedup_prefix(ns), len(pairs) // 2]
+        args += [*pairs, *RECORD_FIELDS]
+        async with self._guard():
+            rows = await self._supersede(keys=memory_keys, args=args)
+        return [_record(RECORD_FIELDS, row) if row else None for row in rows]
+
+    async def history(self, ns: str, memory_id: str, limit: int) -> tuple[list[Entry], int]:
+        """The first `limit` entries of a memory's history, oldest first, and how many it
+        has (0: no history, or it expired)."""
+        key = keys.history_key(ns, memory_id)
+        async with self._guard():
+            pipe = self.client.pipeline(transaction=False)
+            pipe.lrange(key, 0, limit - 1)
+            pipe.llen(key)
+            raw, total = await pipe.execute()
+        return [_entries.decode(item) for item in raw], int(total)
 
     # ------------------------------------------------------------------------- reads by id
 
@@ -245,10 +306,11 @@ class Store:
         where: FilterExpression,
         k: int,
         among: list[str] | None = None,
+        current: bool = False,
     ) -> list[Candidate]:
         """The k best full-text (BM25) matches of any of `terms` in content or tags; with
-        `among`, only those memories (ids) are scored."""
-        query = Query(text_match(terms, where)).scorer("BM25STD").with_scores()
+        `among`, only those memories (ids) are scored; with `current`, none superseded."""
+        query = Query(text_match(terms, where, current)).scorer("BM25STD").with_scores()
         if among is not None:
             query = query.limit_ids(*(keys.record_key(ns, mid) for mid in among))
         query = query.return_fields(*CANDIDATE_FIELDS).paging(0, k).dialect(2)

@@ -93,3 +93,17 @@ async def test_reads_publish_no_events(bus: MemoryBus, wf123: AgentMemory) -> No
     with pytest.raises(BusTimeout):
         await stream.next(timeout=0.3)
     await stream.close()
+
+
+async def test_superseding_publishes_added_then_updated_for_the_old_memory(
+    bus: MemoryBus, wf123: AgentMemory
+) -> None:
+    old = await wf123.add("decision", "Use PostgreSQL")
+    stream = await bus.subscribe("wf_123")
+    new = await wf123.add("decision", "Use MySQL", supersedes=[old.id])
+
+    first, second = await stream.next(), await stream.next()
+
+    assert (first.action, first.id) == ("added", new.id)
+    assert (second.action, second.id, second.agent_id) == ("updated", old.id, "researcher")
+    await stream.close()

@@ -56,6 +56,7 @@ def test_every_operation_has_a_request_class_derived_from_request() -> None:
         "delete",
         "clear_by_type",
         "update",
+        "history",
     }
     assert all(issubclass(cls, Request) for cls in REQUEST_TYPES.values())
 

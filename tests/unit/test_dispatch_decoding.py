@@ -24,6 +24,7 @@ VALID_BODIES = {
     "delete": {"ids": ["a", "b"]},
     "clear_by_type": {"type": "context", "workflow_id": "wf_1"},
     "update": {"id": "01ABC", "importance": 0.5},
+    "history": {"id": "01ABC"},
 }
 
 

@@ -44,6 +44,7 @@ def record(**changes: object) -> Record:
         narrative="Chosen after the load test.",
         related_files=["infra/db.tf"],
         related_people=["Ana Lima", "Bo|Chen", "ana  LIMA"],
+        superseded_by="01NEWER",
     )
     return msgspec.structs.replace(rec, **changes)
 
@@ -78,6 +79,8 @@ def test_a_new_record_is_the_hash_layout_earlier_versions_wrote_plus_new_fields(
         "related_files": '["infra/db.tf"]',
         "related_people": '["Ana Lima","Bo|Chen","ana  LIMA"]',
         "people": "ana lima|bo chen",
+        "superseded_by": "01NEWER",
+        "superseded": "1",
     }
 
 
@@ -96,11 +99,13 @@ def test_empty_optional_fields_are_not_written() -> None:
             narrative=None,
             related_files=[],
             related_people=[],
+            superseded_by=None,
         )
     )
     assert fields["general"] == "1"
     optional = {"tags", "tagtext", "wf", "agent_id", "source", "metadata", "chash", "session_id"}
     optional |= {"title", "facts", "narrative", "related_files", "related_people", "people"}
+    optional |= {"superseded_by", "superseded"}
     assert not optional & set(fields)
     assert fields["importance"] == 0.7
 
@@ -145,7 +150,8 @@ def test_candidates_read_the_search_reply_names() -> None:
 
 def test_reads_ask_for_expiry_first_and_candidates_for_ranking_fields_only() -> None:
     assert RECORD_FIELDS[0] == "expires_at"
-    assert set(RECORD_FIELDS) == set(new_fields(record())) - {"general", "tagtext", "people"}
+    index_only = {"general", "tagtext", "people", "superseded"}
+    assert set(RECORD_FIELDS) == set(new_fields(record())) - index_only
     assert CANDIDATE_FIELDS == ("importance", "created_at", "expires_at", "mention_count")
 
 

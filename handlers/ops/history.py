@@ -1,0 +1,79 @@
+"""A memory's history (PROTOCOL v2, `history`): what each change appends, and the read.
+
+Entries are appended by the store's scripts in the same atomic step as the change itself, so
+the history never misses or invents a change. It expires with the memory and outlives a
+delete by `MEMBUS_HISTORY_AFTER_DELETE_S` (30 days by default).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from contracts.messages import Change, HistoryEntry, HistoryReply, HistoryRequest, Request
+from handlers.errors import NotFound
+from handlers.ops.clock import expiry_dt, ms_to_dt
+from handlers.ops.deps import Deps
+from handlers.store.record import Entry, Record
+
+# Entries a history read returns at most (a memory mentioned ever so often has more).
+MAX_ENTRIES = 1000
+
+
+def entry(
+    event: str,
+    at_ms: int,
+    req: Request,
+    agent_id: str | None = None,
+    changes: dict[str, dict[str, Any]] | None = None,
+) -> Entry:
+    """The entry a change by this request appends."""
+    session_id = req.context.session_id if req.context else None
+    return Entry(
+        event=event, at=at_ms, agent_id=agent_id, session_id=session_id, changes=changes or {}
+    )
+
+
+def _shown(rec: Record) -> dict[str, Any]:
+    """The fields an update may change, as replies show them."""
+    return {
+        "content": rec.content,
+        "tags": list(rec.tags),
+        "importance": rec.importance,
+        "expires_at": expiry_dt(rec.expires_at),
+    }
+
+
+def update_changes(old: Record, new: Record) -> dict[str, dict[str, Any]]:
+    """Old and new values of each field an update changed."""
+    before, after = _shown(old), _shown(new)
+    changes: dict[str, dict[str, Any]] = {}
+    for name, value in after.items():
+        if value != before[name]:
+            changes[name] = {"old": before[name], "new": value}
+    return changes
+
+
+async def history(ns: str, req: HistoryRequest, deps: Deps) -> HistoryReply:
+    entries, total = await deps.store.history(ns, req.id, MAX_ENTRIES)
+    if not entries:
+        raise NotFound(
+            f'No history for memory "{req.id}": no such id, it expired, or it was deleted'
+            f" more than {deps.settings.history_after_delete_s // 86400} days ago."
+            f" Use mem.{ns}.list or mem.{ns}.search to find current ids."
+        )
+    return HistoryReply(
+        id=req.id,
+        entries=[
+            HistoryEntry(
+                event=e.event,
+                at=ms_to_dt(e.at),
+                agent_id=e.agent_id,
+                session_id=e.session_id,
+                changes={
+                    k: Change(old=v.get("old"), new=v.get("new")) for k, v in e.changes.items()
+                },
+            )
+            for e in entries
+        ],
+        truncated=total > len(entries),
+    )
