@@ -32,6 +32,8 @@ from contracts.messages import (
     HistoryRequest,
     ListReply,
     ListRequest,
+    RecallReply,
+    RecallRequest,
     Request,
     SearchReply,
     SearchRequest,
@@ -432,6 +434,55 @@ class AgentMemory:
     async def get(self, ids: Sequence[str]) -> GetReply:
         req = GetRequest(ids=list(ids), context=self._context)
         return await self._bus.request("get", req, GetReply)
+
+    async def recall(
+        self,
+        message: str | Sequence[str],
+        *,
+        session_id: str | None = None,
+        scope: Literal["both", "workflow", "general"] = "both",
+        types: Sequence[str] | None = None,
+        people: Sequence[str] | None = None,
+        source: str = "user",
+        turn: int | None = None,
+        limit: int = 20,
+        recent_s: int = 21600,
+        min_importance: float = 0.8,
+        dedup_threshold: float = 0.85,
+        reinject_after: int = 10,
+        max_tokens: int | None = None,
+        include_superseded: bool = False,
+    ) -> RecallReply:
+        """Before a model turn: the memories to put in the prompt (`reply.block` is ready
+        text), leaving out what this session was given in its last `reinject_after` turns.
+        `message` is the turn's text, or a burst of short messages. The session is this
+        handle's unless `session_id` is given."""
+        sid = session_id or self.session_id
+        if sid is None:
+            raise InvalidRequest(
+                "recall needs a session: bus.agent(..., session_id=...) or recall(session_id=...)"
+            )
+        req = _build(
+            RecallRequest,
+            message=message if isinstance(message, str) else None,
+            messages=[] if isinstance(message, str) else list(message),
+            session_id=sid,
+            workflow_id=self._workflow_id,
+            scope=scope,
+            types=_opt_list(types),
+            people=_opt_list(people),
+            source=source,
+            turn=turn,
+            limit=limit,
+            recent_s=recent_s,
+            min_importance=min_importance,
+            dedup_threshold=dedup_threshold,
+            reinject_after=reinject_after,
+            max_tokens=max_tokens,
+            include_superseded=include_superseded,
+            context=self._context,
+        )
+        return await self._bus.request("recall", req, RecallReply)
 
     async def history(self, id: str) -> HistoryReply:
         """What happened to one memory, oldest first (readable for a while after a delete).

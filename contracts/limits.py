@@ -20,6 +20,9 @@ MAX_IDS = 100
 # Memories one `add` may supersede.
 MAX_SUPERSEDES = 10
 MAX_SEARCH_LIMIT = 100
+MAX_RECALL_LIMIT = 50
+# `messages` of one recall (a burst of short messages).
+MAX_RECALL_MESSAGES = 32
 MAX_LIST_LIMIT = 200
 # RediSearch refuses to page past MAXSEARCHRESULTS (10k by default).
 MAX_LIST_OFFSET = 10_000

@@ -224,6 +224,44 @@ class HistoryRequest(Request, kw_only=True):
     id: MemoryId
 
 
+class RecallRequest(Request, kw_only=True):
+    """Before a model turn: what the agent should have in mind (no model call)."""
+
+    # The turn's text, or a burst of short messages (joined with spaces).
+    message: Query | None = None
+    messages: Annotated[list[Query], msgspec.Meta(max_length=limits.MAX_RECALL_MESSAGES)] = []
+    session_id: SessionId
+    workflow_id: WorkflowId | None = None
+    scope: ReadScope = "both"
+    types: TypeList | None = None
+    people: People | None = None
+    # "system": nothing is recalled (`skipped`), and the turn is not counted.
+    source: Annotated[str, msgspec.Meta(min_length=1, max_length=64)] = "user"
+    # None: the session's next turn, counted by the server from 1.
+    turn: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    limit: Annotated[int, msgspec.Meta(ge=1, le=limits.MAX_RECALL_LIMIT)] = 20
+    # Path 1: memories created this recently (seconds) ...
+    recent_s: Annotated[int, msgspec.Meta(ge=0, le=limits.MAX_TTL_S)] = 21600
+    # ... or this important (and every `identity` memory).
+    min_importance: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] = 0.8
+    # Leave out a candidate more similar (cosine) than this to one already chosen this turn
+    # or recalled within the window.
+    dedup_threshold: Annotated[float, msgspec.Meta(gt=0.0, le=1.0)] = 0.85
+    # The window: a memory recalled fewer turns ago than this is not recalled again.
+    reinject_after: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 10
+    max_tokens: MaxTokens | None = None
+    include_superseded: bool = False
+
+    def __post_init__(self) -> None:
+        if self.message is None and not self.messages:
+            raise ValueError("recall needs the turn's `message` (or `messages`)")
+
+    @property
+    def text(self) -> str:
+        """The turn's text."""
+        return self.message if self.message is not None else " ".join(self.messages)
+
+
 class ClearByTypeRequest(Request, kw_only=True):
     type: TypeName
     workflow_id: WorkflowId | None = None
@@ -247,6 +285,7 @@ REQUEST_TYPES: dict[str, type[Request]] = {
     "clear_by_type": ClearByTypeRequest,
     "update": UpdateRequest,
     "history": HistoryRequest,
+    "recall": RecallRequest,
 }
 
 # --------------------------------------------------------------------------- records
@@ -289,6 +328,11 @@ class ScoredMemory(Memory, kw_only=True):
     # Full-text relevance: BM25 normalised to the best match of this search (0..1); 0 when
     # the memory matched no query word or the search ran in vector mode.
     text_score: float = 0.0
+
+
+class RecalledMemory(ScoredMemory, kw_only=True):
+    # How recall found it: `identity`, `important`, `recent` (path 1) or `semantic` (path 2).
+    path: str = "semantic"
 
 
 class CompactMemory(msgspec.Struct, kw_only=True):
@@ -406,6 +450,20 @@ class HistoryReply(Reply, kw_only=True):
     id: str
     entries: list[HistoryEntry]
     truncated: bool = False
+
+
+class RecallReply(Reply, kw_only=True):
+    turn: int
+    skipped: bool = False
+    # Identity first, then by score.
+    results: list[RecalledMemory] = []
+    # Ready for the prompt: one line per memory, `type: content`.
+    block: str = ""
+    truncated: bool = False
+    # What the two dedup filters left out: candidates recalled within the window, and
+    # candidates too similar to one chosen this turn or recalled within the window.
+    left_out_recalled: int = 0
+    left_out_similar: int = 0
 
 
 class DeleteReply(Reply, kw_only=True):

@@ -26,6 +26,7 @@ OPERATIONS: tuple[str, ...] = (
     "clear_by_type",
     "update",
     "history",
+    "recall",
 )
 
 

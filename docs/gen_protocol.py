@@ -33,6 +33,7 @@ SECTIONS: list[tuple[str, list[type[msgspec.Struct]]]] = [
             m.ClearByTypeRequest,
             m.UpdateRequest,
             m.HistoryRequest,
+            m.RecallRequest,
             m.Context,
         ],
     ),
@@ -49,12 +50,21 @@ SECTIONS: list[tuple[str, list[type[msgspec.Struct]]]] = [
             m.ClearByTypeReply,
             m.UpdateReply,
             m.HistoryReply,
+            m.RecallReply,
             m.ErrorReply,
         ],
     ),
     (
         "Records and events",
-        [m.Memory, m.ScoredMemory, m.CompactMemory, m.HistoryEntry, m.Change, m.Event],
+        [
+            m.Memory,
+            m.ScoredMemory,
+            m.RecalledMemory,
+            m.CompactMemory,
+            m.HistoryEntry,
+            m.Change,
+            m.Event,
+        ],
     ),
 ]
 

@@ -8,7 +8,14 @@ from typing import Any
 
 import msgspec
 
-from contracts.messages import CompactListReply, GetReply, HistoryReply, ListReply, SearchReply
+from contracts.messages import (
+    CompactListReply,
+    GetReply,
+    HistoryReply,
+    ListReply,
+    RecallReply,
+    SearchReply,
+)
 
 # The list each trimmable reply may lose trailing items of.
 TRIMMABLE: dict[type[msgspec.Struct], str] = {
@@ -17,6 +24,7 @@ TRIMMABLE: dict[type[msgspec.Struct], str] = {
     CompactListReply: "memories",
     GetReply: "memories",
     HistoryReply: "entries",
+    RecallReply: "results",
 }
 
 _encoder = msgspec.json.Encoder()
@@ -31,6 +39,12 @@ def fitted(reply: msgspec.Struct, max_bytes: int) -> bytes:
     items: list[Any] = getattr(reply, field)
     # Each item's share of the JSON (its bytes and a comma); the rest is the envelope.
     sizes = [len(_encoder.encode(item)) + 1 for item in items]
+    # A recall's prompt `block` has one line per result: it loses the same lines.
+    lines: list[str] | None = getattr(reply, "block", "").split("\n") if items else None
+    if lines is not None and len(lines) == len(items):
+        sizes = [size + len(_encoder.encode(line)) for size, line in zip(sizes, lines, strict=True)]
+    else:
+        lines = None
     room = max_bytes - (len(out) - sum(sizes)) - 64  # the flag and count may grow a little
     keep = 0
     while keep < len(items) and room - sizes[keep] >= 0:
@@ -38,6 +52,8 @@ def fitted(reply: msgspec.Struct, max_bytes: int) -> bytes:
         keep += 1
     while True:
         changes: dict[str, Any] = {field: items[:keep], "truncated": True}
+        if lines is not None:
+            changes["block"] = "\n".join(lines[:keep])
         if hasattr(reply, "count"):
             changes["count"] = keep
         out = _encoder.encode(msgspec.structs.replace(reply, **changes))

@@ -69,6 +69,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     dedup_threshold: Annotated[float, msgspec.Meta(ge=0.01, le=1.0)] = 0.95
     max_inflight: Annotated[int, msgspec.Meta(ge=1)] = 256
     drain_timeout_s: Annotated[float, msgspec.Meta(ge=0.0)] = 10.0
+    # A recall session's state lives this long after its last turn.
+    recall_session_ttl_s: Annotated[int, msgspec.Meta(ge=1)] = 24 * 3600
     # How long a deleted memory's history stays readable.
     history_after_delete_s: Annotated[int, msgspec.Meta(ge=1)] = 30 * 24 * 3600
     log_level: str = "info"

@@ -13,6 +13,7 @@ import msgspec
 from handlers.ops.deps import Deps
 from handlers.ops.history import history
 from handlers.ops.reads import describe, get, list_
+from handlers.ops.recall import recall
 from handlers.ops.search import search
 from handlers.ops.writes import add, clear_by_type, delete, update
 
@@ -28,6 +29,7 @@ OPERATIONS: dict[str, Operation] = {
     "clear_by_type": clear_by_type,  # type: ignore[dict-item]
     "update": update,  # type: ignore[dict-item]
     "history": history,  # type: ignore[dict-item]
+    "recall": recall,  # type: ignore[dict-item]
 }
 
 __all__ = [

@@ -10,7 +10,7 @@ from typing import NamedTuple
 import numpy as np
 from redisvl.query.filter import FilterExpression
 
-from contracts.messages import ScoredMemory, SearchReply, SearchRequest
+from contracts.messages import ScoredMemory, SearchMode, SearchReply, SearchRequest
 from handlers.ops import ranking
 from handlers.ops.budget import fits_budget
 from handlers.ops.checks import check_types
@@ -57,13 +57,32 @@ def _cosine(query: np.ndarray, vec: np.ndarray) -> float:
 
 
 async def search(ns: str, req: SearchRequest, deps: Deps) -> SearchReply:
+    now = deps.clock()
+    found = await ranked_candidates(ns, req, deps, now)
+    ranked = found.ranked
+    if req.diversify is not None and req.diversify < 1.0 and len(ranked) > 1:
+        ranked = await _diversified(ns, ranked, req.diversify, _mmr_depth(req.limit), deps)
+    results = await _winners(ns, req, deps, ranked, now)
+    return SearchReply(results=results, mode=found.mode)
+
+
+class Found(NamedTuple):
+    """A search's candidates, ranked, before their records are read."""
+
+    mode: SearchMode
+    ranked: list[Ranked]
+    # The query's vector (None in text mode).
+    vector: np.ndarray | None
+
+
+async def ranked_candidates(ns: str, req: SearchRequest, deps: Deps, now: int) -> Found:
+    """Every live candidate of the search at or above `min_score`, best first."""
     settings = deps.settings
     check_types(settings.types, req.types)
     mode = req.mode or settings.search_mode
     terms = text_terms(query_terms(req.query or ""))
     if mode != "vector" and not terms and req.embedding is not None:
         mode = "vector"  # nothing to match as text: an embedding-only query
-    now = deps.clock()
     # Expiry is checked on the candidates below, not in the queries' filter: a numeric range
     # over every document slows RediSearch's hybrid KNN down.
     where = read_filter(
@@ -104,11 +123,7 @@ async def search(ns: str, req: SearchRequest, deps: Deps) -> SearchReply:
             full = (len(nearest) >= k, len(matches) >= k)
             await _complete(ns, req, deps, c, vec, terms, where, full, now)
 
-    ranked = _ranked(mode, req, deps, c, now)
-    if req.diversify is not None and req.diversify < 1.0 and len(ranked) > 1:
-        ranked = await _diversified(ns, ranked, req.diversify, _mmr_depth(req.limit), deps)
-    results = await _winners(ns, req, deps, ranked, now)
-    return SearchReply(results=results, mode=mode)
+    return Found(mode, _ranked(mode, req, deps, c, now), vec)
 
 
 def _normalised(m: Candidate, top: float) -> float:

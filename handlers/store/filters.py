@@ -84,6 +84,15 @@ def read_filter(
     return f
 
 
+def always_recalled(identity_type: str, min_importance: float, since_ms: int) -> FilterExpression:
+    """Recall's path 1: identity memories, important ones, and recent ones."""
+    return (
+        (Tag("type") == identity_type)
+        | (Num("importance") >= min_importance)
+        | (Num("created_at") >= since_ms)
+    )
+
+
 def text_terms(terms: list[str]) -> list[str]:
     """The terms a full-text query carries: words the index holds, at most MAX_TEXT_TERMS."""
     kept = [t for t in terms if t not in INDEX_STOPWORDS and _ALNUM_RE.search(t)]

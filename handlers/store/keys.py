@@ -52,6 +52,12 @@ def history_prefix(ns: str) -> str:
     return history_key(ns, "")
 
 
+def session_key(ns: str, session_id: str) -> str:
+    """A session's recall state: its turn counter (`turn`) and, per memory id, the turn it
+    was last recalled in. Any handler serves any turn; the key's TTL slides with each turn."""
+    return f"{ROOT}:{ns}:sess:{session_id}"
+
+
 def lock_key(ns: str, name: str) -> str:
     return f"{ROOT}:{ns}:lock:{name}"
 

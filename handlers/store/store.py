@@ -73,6 +73,8 @@ def _record(names: tuple[str, ...], values: list[Any]) -> Record:
 
 
 _entries = msgspec.json.Decoder(Entry)
+# The turn counter's field in a session hash (memory ids, the other fields, are never this).
+_TURN = "turn"
 
 
 def _entry(entry: Entry) -> bytes:
@@ -213,6 +215,46 @@ class Store:
             pipe.llen(key)
             raw, total = await pipe.execute()
         return [_entries.decode(item) for item in raw], int(total)
+
+    # ------------------------------------------------------------------------- sessions
+
+    async def session_turn(
+        self, ns: str, session_id: str, turn: int | None, ttl_s: int
+    ) -> tuple[int, dict[str, int]]:
+        """Advance the session to its next turn (or to `turn`, if given and later than the
+        count); the turn, and the turn each memory was last recalled in. The caller holds
+        the session's lock."""
+        key = keys.session_key(ns, session_id)
+        async with self._guard():
+            raw = await self.client.hgetall(key)
+            state = {text(k): int(v) for k, v in raw.items()}
+            count = state.pop(_TURN, 0)
+            now_turn = count + 1 if turn is None else turn
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hset(key, _TURN, max(count, now_turn))
+            pipe.expire(key, ttl_s)
+            await pipe.execute()
+        return now_turn, state
+
+    async def session_count(self, ns: str, session_id: str) -> int:
+        """The session's last turn (0 for a new or expired session)."""
+        async with self._guard():
+            raw = await self.client.hget(keys.session_key(ns, session_id), _TURN)
+        return int(raw) if raw else 0
+
+    async def session_recalled(
+        self, ns: str, session_id: str, turn: int, ids: list[str], stale: list[str], ttl_s: int
+    ) -> None:
+        """Record that `ids` were recalled in `turn`, and forget `stale` ones."""
+        key = keys.session_key(ns, session_id)
+        async with self._guard():
+            pipe = self.client.pipeline(transaction=False)
+            if ids:
+                pipe.hset(key, mapping=dict.fromkeys(ids, turn))
+            if stale:
+                pipe.hdel(key, *stale)
+            pipe.expire(key, ttl_s)
+            await pipe.execute()
 
     # ------------------------------------------------------------------------- reads by id
 

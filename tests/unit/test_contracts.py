@@ -57,6 +57,7 @@ def test_every_operation_has_a_request_class_derived_from_request() -> None:
         "clear_by_type",
         "update",
         "history",
+        "recall",
     }
     assert all(issubclass(cls, Request) for cls in REQUEST_TYPES.values())
 

@@ -25,6 +25,7 @@ VALID_BODIES = {
     "clear_by_type": {"type": "context", "workflow_id": "wf_1"},
     "update": {"id": "01ABC", "importance": 0.5},
     "history": {"id": "01ABC"},
+    "recall": {"message": "hi", "session_id": "s-1"},
 }
 
 
