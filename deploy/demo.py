@@ -1,10 +1,13 @@
 """A short demo: two agents in two workflows share a preference and a decision through the
-bus, while a third agent subscribes to the namespace's events and prints them."""
+bus, while a third agent subscribes to the namespace's events and prints them. Then the team
+changes its mind (a decision superseded by a newer one), and an assistant recalls memories
+before two turns of one session: the second turn gets no repeats."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import uuid
 
 from bus import MemoryBus
 
@@ -22,7 +25,7 @@ async def run_demo(nats_url: str, namespace: str = "demo") -> None:
                 where = ev.workflow_id or "general"
                 who = f"{ev.action:<7} {ev.type:<9} in {where:<8} by {ev.agent_id}"
                 print(f"  [observer] {who}: {ev.preview}")
-                if seen >= 4:
+                if seen >= 6:
                     printed.set()
 
         follower = asyncio.create_task(follow())
@@ -58,6 +61,36 @@ async def run_demo(nats_url: str, namespace: str = "demo") -> None:
                 print(f"    {h.score:.3f}  {h.type:<9} {h.content}")
         scratch = await writer.search("pgvector scratch decision", scope="workflow")
         print(f"  wf_456 sees wf_123's scratch decision: {bool(scratch.results)}")
+
+        print("\n== the team changes its mind: a newer decision supersedes the old one")
+        mysql = await researcher.add(
+            "decision",
+            "Team decision: use MySQL for every new service (ops knows it better)",
+            scope="general",
+            supersedes=[dec.id],
+        )
+        print(f"  decision  -> {mysql.id} supersedes {mysql.superseded or 'nothing new'}")
+        hits = await writer.search("which database should we use?", types=["decision"])
+        print(f"  writer's search now: {[h.content for h in hits.results]}")
+        kept = await writer.search(
+            "which database should we use?", types=["decision"], include_superseded=True
+        )
+        print(f"  with include_superseded: {len(kept.results)} decisions")
+        trail = await writer.history(dec.id)
+        print(f"  history of the old one: {' -> '.join(e.event for e in trail.entries)}")
+
+        print("\n== an assistant recalls before each turn of one session")
+        await writer.add("knowledge", "Architecture notes use short sections and a decision log")
+        await writer.add("knowledge", "Diagrams live in docs/diagrams, drawn as SVG")
+        assistant = bus.agent(
+            workflow_id="wf_456", agent_id="assistant", session_id=f"demo-{uuid.uuid4().hex[:8]}"
+        )
+        for message in ("Draft the architecture note: which database?", "Any style rules?"):
+            turn = await assistant.recall(message, limit=3)
+            print(f"  turn {turn.turn}: {message!r}")
+            for line in turn.block.splitlines() or ["(nothing new to recall)"]:
+                print(f"    {line}")
+            print(f"    left out: {turn.left_out_recalled} already recalled this session")
 
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(printed.wait(), timeout=5)
