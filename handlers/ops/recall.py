@@ -25,12 +25,14 @@ from handlers.ops.scoping import read_scope
 from handlers.ops.search import ranked_candidates
 from handlers.ops.vectors import request_vector
 from handlers.store.filters import always_recalled, read_filter
-from handlers.store.record import Record
+from handlers.store.record import Candidate, Record
 
 IDENTITY = "identity"
-# Path 2 takes the search's best this many; path 1 at most this many, newest first.
+# Path 2 takes the search's best this many; path 1 at most this many, the closest first.
 SEARCH_TOP = 20
-ALWAYS_MAX = 100
+ALWAYS_MAX = 50
+# Chosen beyond `limit`, so that one that vanished since the queries leaves no gap.
+EXTRA = 5
 
 
 @dataclass
@@ -53,9 +55,10 @@ async def recall(ns: str, req: RecallRequest, deps: Deps) -> RecallReply:
         turn, seen = await deps.store.session_turn(ns, sid, req.turn, ttl_s)
         window = {mid for mid, last in seen.items() if abs(turn - last) < req.reinject_after}
         stale = [mid for mid in seen if mid not in window]
-        picks, vectors = await _candidates(ns, req, deps, now, window)
-        chosen, similar = _dedup(picks, vectors, window, req.dedup_threshold)
-        found = await deps.store.fetch(ns, [p.id for p in chosen], now)
+        picks = await _candidates(ns, req, deps, now)
+        chosen, similar = await _dedup(ns, deps, picks, window, req.dedup_threshold, req.limit)
+        # Only what is returned counts as an access (some chosen ones may not fit).
+        found = await deps.store.fetch(ns, [p.id for p in chosen], now, count_access=False)
         results: list[RecalledMemory] = []
         spent = 0
         for pick, f in zip(chosen, found, strict=True):
@@ -65,7 +68,9 @@ async def recall(ns: str, req: RecallRequest, deps: Deps) -> RecallReply:
             if not fits and results:
                 break
             results.append(_recalled(pick, f.record, f.access_count, f.last_accessed_ms))
-        await deps.store.session_recalled(ns, sid, turn, [r.id for r in results], stale, ttl_s)
+        given = [r.id for r in results]
+        await deps.store.session_recalled(ns, sid, turn, given, stale, ttl_s)
+    await deps.store.touch(ns, given, now)
     return RecallReply(
         turn=turn,
         results=results,
@@ -75,14 +80,11 @@ async def recall(ns: str, req: RecallRequest, deps: Deps) -> RecallReply:
     )
 
 
-async def _candidates(
-    ns: str, req: RecallRequest, deps: Deps, now: int, window: set[str]
-) -> tuple[list[Pick], dict[str, np.ndarray]]:
-    """Both paths' candidates, identity first then by score, and the unit vectors of the
-    candidates and of the window's memories (for the semantic dedup)."""
-    text = req.text
+async def _candidates(ns: str, req: RecallRequest, deps: Deps, now: int) -> list[Pick]:
+    """Both paths' candidates, identity first then by score."""
+    text = req.text[:4096]
     search = SearchRequest(
-        query=text[:4096],
+        query=text,
         workflow_id=req.workflow_id,
         scope=req.scope,
         types=req.types,
@@ -94,62 +96,76 @@ async def _candidates(
     picks = {
         r.id: Pick(r.id, "semantic", r.score, r.cosine, r.text) for r in found.ranked[:SEARCH_TOP]
     }
+    vec = found.vector
+    if vec is None:  # a text-mode default search has no vector of the message
+        vec = await request_vector(ns, deps, text=text)
+    # Path 1 as a vector query over its filter: the cosine of each comes with it.
     where = read_filter(
-        now,
+        None,
         read_scope(req.scope, req.workflow_id),
         types=req.types,
         people=req.people,
         current=not req.include_superseded,
     ) & always_recalled(IDENTITY, req.min_importance, now - req.recent_s * 1000)
-    always = (await deps.store.page(ns, where, Record, offset=0, limit=ALWAYS_MAX)).items
-    vec = found.vector
-    if vec is None:  # a text-mode default search has no vector of the message
-        vec = await request_vector(ns, deps, text=text[:4096])
-    wanted = list(dict.fromkeys([*picks, *(r.id for r in always), *window]))
-    stored = await deps.store.vectors(ns, wanted)
-    unit = {mid: v / n for mid, v in stored.items() if (n := float(np.linalg.norm(v))) > 0}
-    query = vec / (float(np.linalg.norm(vec)) or 1.0)
     weights = deps.settings.weights
-    for rec in always:
-        cos = max(0.0, min(1.0, float(np.dot(unit[rec.id], query)))) if rec.id in unit else 0.0
-        pick = picks.get(rec.id)
+    for cand in await deps.store.knn(ns, vec, where, ALWAYS_MAX):
+        if cand.expires_at <= now:
+            continue
+        pick = picks.get(cand.id)
         if pick is None:
+            cos = ranking.similarity(cand.distance or 0.0)
             score = ranking.score(
-                cos, rec.importance, rec.created_at, now, weights, rec.mention_count
+                cos, cand.importance, cand.created_at, now, weights, cand.mention_count
             )
-            pick = picks[rec.id] = Pick(rec.id, "", score, cos)
-        pick.path = _path(rec, req, now)
-    ordered = sorted(picks.values(), key=lambda p: (p.path == IDENTITY, p.score), reverse=True)
-    return ordered, unit
+            pick = picks[cand.id] = Pick(cand.id, "", score, cos)
+        pick.path = _path(cand, req)
+    return sorted(picks.values(), key=lambda p: (p.path == IDENTITY, p.score), reverse=True)
 
 
-def _path(rec: Record, req: RecallRequest, now: int) -> str:
-    if rec.type == IDENTITY:
+def _path(cand: Candidate, req: RecallRequest) -> str:
+    if cand.type == IDENTITY:
         return "identity"
-    if rec.importance >= req.min_importance:
+    if cand.importance >= req.min_importance:
         return "important"
     return "recent"
 
 
-def _dedup(
-    picks: list[Pick], unit: dict[str, np.ndarray], window: set[str], threshold: float
+async def _dedup(
+    ns: str,
+    deps: Deps,
+    picks: list[Pick],
+    window: set[str],
+    threshold: float,
+    limit: int,
 ) -> tuple[list[Pick], int]:
     """The picks not recalled within the window and not too similar to one chosen this turn
-    or recalled within the window; and how many the similarity cut."""
+    or recalled within the window (at most `limit`, a few more for the token budget), and
+    how many the similarity cut. Vectors are read as the walk needs them."""
+    fresh = [p for p in picks if p.id not in window]
+    if threshold >= 1.0:
+        return fresh[: limit + EXTRA], 0
+    against = list(_units(await deps.store.vectors(ns, list(window))).values())
     chosen: list[Pick] = []
-    against = [unit[mid] for mid in window if mid in unit]
     similar = 0
-    for pick in picks:
-        if pick.id in window:
-            continue
-        vec = unit.get(pick.id)
-        if vec is not None and against and float(np.max(np.stack(against) @ vec)) > threshold:
-            similar += 1
-            continue
-        chosen.append(pick)
-        if vec is not None:
-            against.append(vec)
+    batch = 2 * limit
+    for start in range(0, len(fresh), batch):
+        part = fresh[start : start + batch]
+        unit = _units(await deps.store.vectors(ns, [p.id for p in part]))
+        for pick in part:
+            vec = unit.get(pick.id)
+            if vec is not None and against and float(np.max(np.stack(against) @ vec)) > threshold:
+                similar += 1
+                continue
+            chosen.append(pick)
+            if vec is not None:
+                against.append(vec)
+            if len(chosen) == limit + EXTRA:
+                return chosen, similar
     return chosen, similar
+
+
+def _units(vectors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return {mid: v / n for mid, v in vectors.items() if (n := float(np.linalg.norm(v))) > 0}
 
 
 def _recalled(

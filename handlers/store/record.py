@@ -68,6 +68,7 @@ class Candidate(
     """A search candidate: what ranking needs of a memory, before the winners are read."""
 
     id: str
+    type: str = ""
     importance: float
     created_at: int
     expires_at: int

@@ -152,7 +152,7 @@ def test_reads_ask_for_expiry_first_and_candidates_for_ranking_fields_only() -> 
     assert RECORD_FIELDS[0] == "expires_at"
     index_only = {"general", "tagtext", "people", "superseded"}
     assert set(RECORD_FIELDS) == set(new_fields(record())) - index_only
-    assert CANDIDATE_FIELDS == ("importance", "created_at", "expires_at", "mention_count")
+    assert CANDIDATE_FIELDS == ("type", "importance", "created_at", "expires_at", "mention_count")
 
 
 @pytest.mark.parametrize("name", [n for n in dir(scripts) if n.endswith("_LUA")])
