@@ -20,6 +20,7 @@ from contracts.messages import (
     ClearByTypeReply,
     ClearByTypeRequest,
     CompactListReply,
+    CompactTimelineReply,
     Context,
     DeleteReply,
     DeleteRequest,
@@ -32,11 +33,15 @@ from contracts.messages import (
     HistoryRequest,
     ListReply,
     ListRequest,
+    PeopleReply,
+    PeopleRequest,
     RecallReply,
     RecallRequest,
     Request,
     SearchReply,
     SearchRequest,
+    TimelineReply,
+    TimelineRequest,
     UpdateReply,
     UpdateRequest,
 )
@@ -483,6 +488,79 @@ class AgentMemory:
             context=self._context,
         )
         return await self._bus.request("recall", req, RecallReply)
+
+    @overload
+    async def timeline(
+        self,
+        anchor: str,
+        *,
+        before: int = 5,
+        after: int = 5,
+        scope: Literal["both", "workflow", "general"] = "both",
+        types: Sequence[str] | None = None,
+        mode: Literal["compact"] = "compact",
+        include_superseded: bool = False,
+    ) -> CompactTimelineReply: ...
+
+    @overload
+    async def timeline(
+        self,
+        anchor: str,
+        *,
+        before: int = 5,
+        after: int = 5,
+        scope: Literal["both", "workflow", "general"] = "both",
+        types: Sequence[str] | None = None,
+        mode: Literal["full"],
+        include_superseded: bool = False,
+    ) -> TimelineReply: ...
+
+    async def timeline(
+        self,
+        anchor: str,
+        *,
+        before: int = 5,
+        after: int = 5,
+        scope: Literal["both", "workflow", "general"] = "both",
+        types: Sequence[str] | None = None,
+        mode: Literal["compact", "full"] = "compact",
+        include_superseded: bool = False,
+    ) -> TimelineReply | CompactTimelineReply:
+        """The memories just before and after `anchor` (an id) in this agent's scope,
+        oldest first; `reply.memories[reply.anchor_index]` is the anchor."""
+        req = _build(
+            TimelineRequest,
+            anchor=anchor,
+            before=before,
+            after=after,
+            workflow_id=self._workflow_id,
+            scope=scope,
+            types=_opt_list(types),
+            mode=mode,
+            include_superseded=include_superseded,
+            context=self._context,
+        )
+        reply_type = TimelineReply if mode == "full" else CompactTimelineReply
+        return await self._bus.request("timeline", req, reply_type)
+
+    async def people(
+        self,
+        query: str | None = None,
+        *,
+        scope: Literal["both", "workflow", "general"] = "both",
+        limit: int = 20,
+    ) -> PeopleReply:
+        """Who the memories in scope name, most recently mentioned first; `query` matches
+        part of a name, case-insensitively."""
+        req = _build(
+            PeopleRequest,
+            query=query,
+            workflow_id=self._workflow_id,
+            scope=scope,
+            limit=limit,
+            context=self._context,
+        )
+        return await self._bus.request("people", req, PeopleReply)
 
     async def history(self, id: str) -> HistoryReply:
         """What happened to one memory, oldest first (readable for a while after a delete).

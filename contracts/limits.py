@@ -24,6 +24,9 @@ MAX_RECALL_LIMIT = 50
 # `messages` of one recall (a burst of short messages).
 MAX_RECALL_MESSAGES = 32
 MAX_LIST_LIMIT = 200
+# `timeline`: memories on each side of the anchor.
+MAX_TIMELINE_SIDE = 50
+MAX_PEOPLE_LIMIT = 200
 # RediSearch refuses to page past MAXSEARCHRESULTS (10k by default).
 MAX_LIST_OFFSET = 10_000
 MAX_EMBEDDING_DIM = 4096

@@ -42,8 +42,8 @@ Files = Annotated[
     list[Annotated[str, msgspec.Meta(min_length=1, max_length=limits.MAX_FILE_CHARS)]],
     msgspec.Meta(max_length=limits.MAX_LIST_ITEMS),
 ]
-Person = Annotated[str, msgspec.Meta(min_length=1, max_length=limits.MAX_PERSON_CHARS)]
-People = Annotated[list[Person], msgspec.Meta(max_length=limits.MAX_LIST_ITEMS)]
+PersonName = Annotated[str, msgspec.Meta(min_length=1, max_length=limits.MAX_PERSON_CHARS)]
+People = Annotated[list[PersonName], msgspec.Meta(max_length=limits.MAX_LIST_ITEMS)]
 ReadScope = Literal["both", "workflow", "general"]
 SearchMode = Literal["vector", "text", "hybrid"]
 Fusion = Literal["linear", "rrf"]
@@ -224,6 +224,31 @@ class HistoryRequest(Request, kw_only=True):
     id: MemoryId
 
 
+class TimelineRequest(Request, kw_only=True):
+    """The memories just before and after one, as the caller's scope sees them."""
+
+    anchor: MemoryId
+    before: Annotated[int, msgspec.Meta(ge=0, le=limits.MAX_TIMELINE_SIDE)] = 5
+    after: Annotated[int, msgspec.Meta(ge=0, le=limits.MAX_TIMELINE_SIDE)] = 5
+    workflow_id: WorkflowId | None = None
+    scope: ReadScope = "both"
+    types: TypeList | None = None
+    mode: Literal["compact", "full"] = "compact"
+    include_superseded: bool = False
+
+
+class PeopleRequest(Request, kw_only=True):
+    """Who the memories in scope name (`related_people`)."""
+
+    # A case-insensitive part of the name.
+    query: Annotated[str, msgspec.Meta(min_length=1, max_length=limits.MAX_PERSON_CHARS)] | None = (
+        None
+    )
+    workflow_id: WorkflowId | None = None
+    scope: ReadScope = "both"
+    limit: Annotated[int, msgspec.Meta(ge=1, le=limits.MAX_PEOPLE_LIMIT)] = 20
+
+
 class RecallRequest(Request, kw_only=True):
     """Before a model turn: what the agent should have in mind (no model call)."""
 
@@ -286,6 +311,8 @@ REQUEST_TYPES: dict[str, type[Request]] = {
     "update": UpdateRequest,
     "history": HistoryRequest,
     "recall": RecallRequest,
+    "timeline": TimelineRequest,
+    "people": PeopleRequest,
 }
 
 # --------------------------------------------------------------------------- records
@@ -464,6 +491,36 @@ class RecallReply(Reply, kw_only=True):
     # candidates too similar to one chosen this turn or recalled within the window.
     left_out_recalled: int = 0
     left_out_similar: int = 0
+
+
+class TimelineReply(Reply, kw_only=True):
+    mode: Literal["full"] = "full"
+    # Oldest first; `memories[anchor_index]` is the anchor.
+    memories: list[Memory]
+    anchor_index: int
+    truncated: bool = False
+
+
+class CompactTimelineReply(Reply, kw_only=True):
+    mode: Literal["compact"] = "compact"
+    memories: list[CompactMemory]
+    anchor_index: int
+    truncated: bool = False
+
+
+class Person(msgspec.Struct, kw_only=True):
+    # As the newest memory naming them spells it.
+    name: str
+    # Live memories in scope that name them.
+    mention_count: int
+    last_mentioned_at: datetime
+    # The newest 5 of those memories.
+    memory_ids: list[str]
+
+
+class PeopleReply(Reply, kw_only=True):
+    people: list[Person]
+    truncated: bool = False
 
 
 class DeleteReply(Reply, kw_only=True):

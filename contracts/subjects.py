@@ -27,6 +27,8 @@ OPERATIONS: tuple[str, ...] = (
     "update",
     "history",
     "recall",
+    "timeline",
+    "people",
 )
 
 

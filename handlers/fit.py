@@ -10,11 +10,14 @@ import msgspec
 
 from contracts.messages import (
     CompactListReply,
+    CompactTimelineReply,
     GetReply,
     HistoryReply,
     ListReply,
+    PeopleReply,
     RecallReply,
     SearchReply,
+    TimelineReply,
 )
 
 # The list each trimmable reply may lose trailing items of.
@@ -25,6 +28,9 @@ TRIMMABLE: dict[type[msgspec.Struct], str] = {
     GetReply: "memories",
     HistoryReply: "entries",
     RecallReply: "results",
+    TimelineReply: "memories",
+    CompactTimelineReply: "memories",
+    PeopleReply: "people",
 }
 
 _encoder = msgspec.json.Encoder()

@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 
 import msgspec
 
+from handlers.ops.coop import people, timeline
 from handlers.ops.deps import Deps
 from handlers.ops.history import history
 from handlers.ops.reads import describe, get, list_
@@ -30,6 +31,8 @@ OPERATIONS: dict[str, Operation] = {
     "update": update,  # type: ignore[dict-item]
     "history": history,  # type: ignore[dict-item]
     "recall": recall,  # type: ignore[dict-item]
+    "timeline": timeline,  # type: ignore[dict-item]
+    "people": people,  # type: ignore[dict-item]
 }
 
 __all__ = [

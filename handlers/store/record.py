@@ -89,6 +89,14 @@ class Entry(msgspec.Struct, kw_only=True):
     changes: dict[str, dict[str, Any]] = {}
 
 
+class Mentions(msgspec.Struct, kw_only=True, rename=STORAGE_NAMES):
+    """Who a memory names, and when it was written (for `people`)."""
+
+    id: str
+    related_people: list[str] = []
+    created_at: int
+
+
 class Fetched(NamedTuple):
     """A live memory as a read returns it: the record and its access counters as they were
     before this read."""
@@ -140,7 +148,6 @@ def person_tag(name: str) -> str:
 # What a read of a whole record asks for. `expires_at` first: the read and delete scripts
 # check it before anything else.
 RECORD_FIELDS = ("expires_at", *(f for f in storage_fields(Record) if f != "expires_at"))
-SUMMARY_FIELDS = storage_fields(Summary)
 # What the search queries return of each candidate (its id comes from the key).
 CANDIDATE_FIELDS = tuple(f for f in storage_fields(Candidate) if f in RECORD_FIELDS and f != "id")
 
@@ -156,6 +163,7 @@ def _stored(rec: Record) -> dict[str, Any]:
     # Tags spelled out as words, so full-text search matches them too.
     out["tagtext"] = " ".join(rec.tags)
     out["people"] = PEOPLE_SEPARATOR.join(dict.fromkeys(map(person_tag, rec.related_people)))
+    out["has_people"] = "1" if rec.related_people else ""
     out.update(_superseded(rec.superseded_by))
     return out
 

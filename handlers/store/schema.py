@@ -41,6 +41,7 @@ def schema_dict(ns: str, dimension: int) -> dict[str, Any]:
             {"name": "agent_id", "type": "tag", "attrs": {"case_sensitive": True}},
             # `related_people`, lower-cased (record.person_tag), for the `people` filter.
             {"name": "people", "type": "tag", "attrs": {"separator": PEOPLE_SEPARATOR}},
+            {"name": "has_people", "type": "tag"},
             # "1" once a newer memory superseded it (see record.supersede_fields).
             {"name": "superseded", "type": "tag"},
             {"name": "content", "type": "text"},

@@ -34,16 +34,17 @@ from handlers.store.record import (
     CANDIDATE_FIELDS,
     PERMANENT_MS,
     RECORD_FIELDS,
-    SUMMARY_FIELDS,
     Candidate,
     Entry,
     Fetched,
+    Mentions,
     Record,
     Summary,
     TypeGroup,
     changed_fields,
     decode,
     new_fields,
+    storage_fields,
     supersede_fields,
 )
 from handlers.store.resp import Found, parse_row, parse_search, text
@@ -58,7 +59,7 @@ from handlers.store.scripts import (
 )
 
 T = TypeVar("T")
-S = TypeVar("S", Summary, Record)
+S = TypeVar("S", Summary, Record, Mentions)
 
 
 class Page(NamedTuple, Generic[S]):
@@ -366,15 +367,23 @@ class Store:
         return out
 
     async def page(
-        self, ns: str, where: FilterExpression, shape: type[S], *, offset: int, limit: int
+        self,
+        ns: str,
+        where: FilterExpression,
+        shape: type[S],
+        *,
+        offset: int,
+        limit: int,
+        oldest_first: bool = False,
     ) -> Page[S]:
-        """Memories newest first (as `Summary` or whole `Record`), with the total that match."""
-        names = SUMMARY_FIELDS if shape is Summary else RECORD_FIELDS
+        """Memories newest first (or oldest first), read as `shape` (`Summary`, `Record`,
+        `Mentions`), with the total that match."""
+        names = RECORD_FIELDS if shape is Record else storage_fields(shape)
         query = FilterQuery(
             filter_expression=where,
             return_fields=list(names),
             num_results=limit,
-            sort_by=("created_at", "DESC"),
+            sort_by=("created_at", "ASC" if oldest_first else "DESC"),
         )
         query.paging(offset, limit)
         found = await self._search(ns, query)

@@ -58,6 +58,8 @@ def test_every_operation_has_a_request_class_derived_from_request() -> None:
         "update",
         "history",
         "recall",
+        "timeline",
+        "people",
     }
     assert all(issubclass(cls, Request) for cls in REQUEST_TYPES.values())
 

@@ -26,6 +26,8 @@ VALID_BODIES = {
     "update": {"id": "01ABC", "importance": 0.5},
     "history": {"id": "01ABC"},
     "recall": {"message": "hi", "session_id": "s-1"},
+    "timeline": {"anchor": "01ABC"},
+    "people": {"query": "ana"},
 }
 
 

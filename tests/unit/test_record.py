@@ -79,6 +79,7 @@ def test_a_new_record_is_the_hash_layout_earlier_versions_wrote_plus_new_fields(
         "related_files": '["infra/db.tf"]',
         "related_people": '["Ana Lima","Bo|Chen","ana  LIMA"]',
         "people": "ana lima|bo chen",
+        "has_people": "1",
         "superseded_by": "01NEWER",
         "superseded": "1",
     }
@@ -105,7 +106,7 @@ def test_empty_optional_fields_are_not_written() -> None:
     assert fields["general"] == "1"
     optional = {"tags", "tagtext", "wf", "agent_id", "source", "metadata", "chash", "session_id"}
     optional |= {"title", "facts", "narrative", "related_files", "related_people", "people"}
-    optional |= {"superseded_by", "superseded"}
+    optional |= {"superseded_by", "superseded", "has_people"}
     assert not optional & set(fields)
     assert fields["importance"] == 0.7
 
@@ -150,7 +151,7 @@ def test_candidates_read_the_search_reply_names() -> None:
 
 def test_reads_ask_for_expiry_first_and_candidates_for_ranking_fields_only() -> None:
     assert RECORD_FIELDS[0] == "expires_at"
-    index_only = {"general", "tagtext", "people", "superseded"}
+    index_only = {"general", "tagtext", "people", "superseded", "has_people"}
     assert set(RECORD_FIELDS) == set(new_fields(record())) - index_only
     assert CANDIDATE_FIELDS == ("type", "importance", "created_at", "expires_at", "mention_count")
 
