@@ -11,6 +11,7 @@ concurrent turns never hand out the same memory.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,6 +27,7 @@ from handlers.ops.search import ranked_candidates
 from handlers.ops.vectors import request_vector
 from handlers.store.filters import always_recalled, read_filter
 from handlers.store.record import Candidate, Record
+from handlers.store.store import Recalled
 
 IDENTITY = "identity"
 # Path 2 takes the search's best this many; path 1 at most this many, the closest first.
@@ -53,10 +55,12 @@ async def recall(ns: str, req: RecallRequest, deps: Deps) -> RecallReply:
     async with deps.store.exclusive(ns, f"recall:{sid}"):
         now = deps.clock()
         turn, seen = await deps.store.session_turn(ns, sid, req.turn, ttl_s)
-        window = {mid for mid, last in seen.items() if abs(turn - last) < req.reinject_after}
+        window = {mid: r for mid, r in seen.items() if abs(turn - r.turn) < req.reinject_after}
         stale = [mid for mid in seen if mid not in window]
         picks = await _candidates(ns, req, deps, now)
-        chosen, similar = await _dedup(ns, deps, picks, window, req.dedup_threshold, req.limit)
+        chosen, units, similar = await _dedup(
+            ns, deps, picks, window, req.dedup_threshold, req.limit
+        )
         # Only what is returned counts as an access (some chosen ones may not fit).
         found = await deps.store.fetch(ns, [p.id for p in chosen], now, count_access=False)
         results: list[RecalledMemory] = []
@@ -68,9 +72,9 @@ async def recall(ns: str, req: RecallRequest, deps: Deps) -> RecallReply:
             if not fits and results:
                 break
             results.append(_recalled(pick, f.record, f.access_count, f.last_accessed_ms))
-        given = [r.id for r in results]
+        given = {r.id: units.get(r.id) for r in results}
         await deps.store.session_recalled(ns, sid, turn, given, stale, ttl_s)
-    await deps.store.touch(ns, given, now)
+    await deps.store.touch(ns, list(given), now)
     return RecallReply(
         turn=turn,
         results=results,
@@ -83,8 +87,11 @@ async def recall(ns: str, req: RecallRequest, deps: Deps) -> RecallReply:
 async def _candidates(ns: str, req: RecallRequest, deps: Deps, now: int) -> list[Pick]:
     """Both paths' candidates, identity first then by score."""
     text = req.text[:4096]
+    # The message is embedded once; both paths then run side by side.
+    vec = await request_vector(ns, deps, text=text)
     search = SearchRequest(
         query=text,
+        embedding=vec.tolist(),
         workflow_id=req.workflow_id,
         scope=req.scope,
         types=req.types,
@@ -92,23 +99,28 @@ async def _candidates(ns: str, req: RecallRequest, deps: Deps, now: int) -> list
         limit=SEARCH_TOP,
         include_superseded=req.include_superseded,
     )
-    found = await ranked_candidates(ns, search, deps, now)
-    picks = {
-        r.id: Pick(r.id, "semantic", r.score, r.cosine, r.text) for r in found.ranked[:SEARCH_TOP]
-    }
-    vec = found.vector
-    if vec is None:  # a text-mode default search has no vector of the message
-        vec = await request_vector(ns, deps, text=text)
     # Path 1 as a vector query over its filter: the cosine of each comes with it.
-    where = read_filter(
+    scoped = read_filter(
         None,
         read_scope(req.scope, req.workflow_id),
         types=req.types,
         people=req.people,
         current=not req.include_superseded,
-    ) & always_recalled(IDENTITY, req.min_importance, now - req.recent_s * 1000)
+    )
+    since = now - req.recent_s * 1000
+    where = scoped & always_recalled(IDENTITY, req.min_importance, since)
+    # The filter's text changes every millisecond; its count (for the hybrid policy) is
+    # cached under the same filter to the minute.
+    key = str(scoped & always_recalled(IDENTITY, req.min_importance, since - since % 60_000))
+    found, always = await asyncio.gather(
+        ranked_candidates(ns, search, deps, now),
+        deps.store.knn(ns, vec, where, ALWAYS_MAX, policy_key=key),
+    )
+    picks = {
+        r.id: Pick(r.id, "semantic", r.score, r.cosine, r.text) for r in found.ranked[:SEARCH_TOP]
+    }
     weights = deps.settings.weights
-    for cand in await deps.store.knn(ns, vec, where, ALWAYS_MAX):
+    for cand in always:
         if cand.expires_at <= now:
             continue
         pick = picks.get(cand.id)
@@ -134,25 +146,31 @@ async def _dedup(
     ns: str,
     deps: Deps,
     picks: list[Pick],
-    window: set[str],
+    window: dict[str, Recalled],
     threshold: float,
     limit: int,
-) -> tuple[list[Pick], int]:
+) -> tuple[list[Pick], dict[str, np.ndarray], int]:
     """The picks not recalled within the window and not too similar to one chosen this turn
-    or recalled within the window (at most `limit`, a few more for the token budget), and
-    how many the similarity cut. Vectors are read as the walk needs them."""
+    or recalled within the window (at most `limit`, a few more for the token budget), their
+    unit vectors, and how many the similarity cut. The window's vectors come with the
+    session's state; candidates' are read as the walk needs them."""
     fresh = [p for p in picks if p.id not in window]
     if threshold >= 1.0:
-        return fresh[: limit + EXTRA], 0
-    against = list(_units(await deps.store.vectors(ns, list(window))).values())
+        return fresh[: limit + EXTRA], {}, 0
+    against = [r.vector for r in window.values() if r.vector is not None]
+    # Memories recalled without a vector kept (with dedup off) are read, once.
+    unknown = [mid for mid, r in window.items() if r.vector is None]
+    batch = 2 * limit
+    units = _units(await deps.store.vectors(ns, [*unknown, *(p.id for p in fresh[:batch])]))
+    against += [units[mid] for mid in unknown if mid in units]
     chosen: list[Pick] = []
     similar = 0
-    batch = 2 * limit
     for start in range(0, len(fresh), batch):
         part = fresh[start : start + batch]
-        unit = _units(await deps.store.vectors(ns, [p.id for p in part]))
+        if start:
+            units.update(_units(await deps.store.vectors(ns, [p.id for p in part])))
         for pick in part:
-            vec = unit.get(pick.id)
+            vec = units.get(pick.id)
             if vec is not None and against and float(np.max(np.stack(against) @ vec)) > threshold:
                 similar += 1
                 continue
@@ -160,8 +178,8 @@ async def _dedup(
             if vec is not None:
                 against.append(vec)
             if len(chosen) == limit + EXTRA:
-                return chosen, similar
-    return chosen, similar
+                return chosen, units, similar
+    return chosen, units, similar
 
 
 def _units(vectors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -78,6 +78,30 @@ _entries = msgspec.json.Decoder(Entry)
 _TURN = "turn"
 
 
+class Recalled(NamedTuple):
+    """A memory recalled in a session: the turn, and its unit vector (8-bit, enough to tell
+    a near-duplicate) so that later turns compare with it without reading it again."""
+
+    turn: int
+    vector: np.ndarray | None
+
+
+def _recall_entry(turn: int, unit: np.ndarray | None) -> bytes:
+    if unit is None:
+        return str(turn).encode()
+    quantised = np.clip(np.rint(unit * 127), -127, 127).astype(np.int8)
+    return str(turn).encode() + b"|" + quantised.tobytes()
+
+
+def _recalled(raw: bytes) -> Recalled:
+    turn, _, vec = raw.partition(b"|")
+    if not vec:
+        return Recalled(int(turn), None)
+    v = np.frombuffer(vec, dtype=np.int8).astype(np.float32)
+    n = float(np.linalg.norm(v))
+    return Recalled(int(turn), v / n if n else None)
+
+
 def _entry(entry: Entry) -> bytes:
     return msgspec.json.encode(entry)
 
@@ -221,15 +245,18 @@ class Store:
 
     async def session_turn(
         self, ns: str, session_id: str, turn: int | None, ttl_s: int
-    ) -> tuple[int, dict[str, int]]:
+    ) -> tuple[int, dict[str, Recalled]]:
         """Advance the session to its next turn (or to `turn`, if given and later than the
-        count); the turn, and the turn each memory was last recalled in. The caller holds
-        the session's lock."""
+        count); the turn, and for each memory recalled in the session when that was and its
+        vector. The caller holds the session's lock."""
         key = keys.session_key(ns, session_id)
         async with self._guard():
             raw = await self.client.hgetall(key)
-            state = {text(k): int(v) for k, v in raw.items()}
-            count = state.pop(_TURN, 0)
+            count = int(raw.pop(_TURN.encode(), 0))
+            state = {
+                text(k): _recalled(v if isinstance(v, bytes) else v.encode())
+                for k, v in raw.items()
+            }
             now_turn = count + 1 if turn is None else turn
             pipe = self.client.pipeline(transaction=False)
             pipe.hset(key, _TURN, max(count, now_turn))
@@ -244,14 +271,21 @@ class Store:
         return int(raw) if raw else 0
 
     async def session_recalled(
-        self, ns: str, session_id: str, turn: int, ids: list[str], stale: list[str], ttl_s: int
+        self,
+        ns: str,
+        session_id: str,
+        turn: int,
+        given: dict[str, np.ndarray | None],
+        stale: list[str],
+        ttl_s: int,
     ) -> None:
-        """Record that `ids` were recalled in `turn`, and forget `stale` ones."""
+        """Record that the `given` memories (id -> unit vector, if known) were recalled in
+        `turn`, and forget `stale` ones."""
         key = keys.session_key(ns, session_id)
         async with self._guard():
             pipe = self.client.pipeline(transaction=False)
-            if ids:
-                pipe.hset(key, mapping=dict.fromkeys(ids, turn))
+            if given:
+                pipe.hset(key, mapping={mid: _recall_entry(turn, v) for mid, v in given.items()})
             if stale:
                 pipe.hdel(key, *stale)
             pipe.expire(key, ttl_s)
@@ -321,26 +355,36 @@ class Store:
     # ------------------------------------------------------------------------- queries
 
     async def knn(
-        self, ns: str, vector: np.ndarray, where: FilterExpression, k: int
+        self,
+        ns: str,
+        vector: np.ndarray,
+        where: FilterExpression,
+        k: int,
+        policy_key: str | None = None,
     ) -> list[Candidate]:
-        """The k nearest memories passing `where`."""
+        """The k nearest memories passing `where`. A filter whose text changes with every
+        call (a time bound) gives a `policy_key` that does not, so its hybrid policy is
+        cached (see `hybrid_policy`)."""
         query = VectorQuery(
             vector=vector.astype(np.float32).tobytes(),
             vector_field_name=VECTOR_FIELD,
             return_fields=list(CANDIDATE_FIELDS),
             filter_expression=where,
             num_results=k,
-            hybrid_policy=await self.hybrid_policy(ns, where),
+            hybrid_policy=await self.hybrid_policy(ns, where, policy_key),
         )
         return self._candidates(ns, await self._search(ns, query))
 
-    async def hybrid_policy(self, ns: str, where: FilterExpression) -> str:
-        """The RediSearch hybrid policy a vector query with this filter runs with."""
+    async def hybrid_policy(self, ns: str, where: FilterExpression, key: str | None = None) -> str:
+        """The RediSearch hybrid policy a vector query with this filter runs with (chosen by
+        the filter's count, cached a few seconds under `key`, by default the filter)."""
+        text = str(where)
 
         async def count(filter_: str) -> int:
+            filter_ = text if filter_ == key else filter_
             return (await self._search(ns, CountQuery(filter_expression=filter_))).total
 
-        return await self._policy.choose(ns, str(where), count)
+        return await self._policy.choose(ns, key or text, count)
 
     async def text(
         self,
