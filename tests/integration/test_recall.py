@@ -179,3 +179,13 @@ async def test_concurrent_turns_through_two_handlers_never_inject_an_id_twice(
     ids = [r.id for reply in replies for r in reply.results]
     assert len(ids) == len(set(ids)) == 30  # 12 turns x 4 > 30: each memory exactly once
     assert sorted(r.turn for r in replies) == list(range(1, 13))
+
+
+async def test_a_burst_of_messages_is_recalled_as_one_text(agent: AgentMemory) -> None:
+    [only] = await _facts(agent, 1)
+    other = agent.bus.agent(workflow_id="wf_1", session_id="sess-burst")
+
+    burst = await other.recall(["kayak", "trip", "please"])
+
+    assert [r.id for r in burst.results] == [only]
+    assert burst.turn == 1
