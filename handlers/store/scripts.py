@@ -202,6 +202,7 @@ for i = 1, #KEYS, 2 do
   local f = redis.call('HMGET', rec, '$id', '$expires_at', '$superseded_by', '$content_hash')
   if f[1] and tonumber(f[2]) > now then
     redis.call('HSET', rec, unpack(pairs))
+    redis.call('HSET', rec, '$updated_at', ARGV[1])
     if f[4] and redis.call('GET', ARGV[4] .. f[4]) == f[1] then
       redis.call('DEL', ARGV[4] .. f[4])
     end

@@ -33,6 +33,8 @@ async def test_a_superseded_decision_leaves_reads_until_asked_for(planner: Agent
     assert ([m.id for m in listed.memories], listed.total) == ([new.id], 1)
     assert all_listed.total == 2
     assert kept.superseded_by == new.id  # get always returns it
+    [replacing] = (await planner.get([new.id])).memories
+    assert kept.updated_at >= replacing.created_at  # superseding is a change
 
 
 async def test_a_memory_never_supersedes_itself(planner: AgentMemory) -> None:
