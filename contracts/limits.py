@@ -21,6 +21,8 @@ MAX_IDS = 100
 MAX_SUPERSEDES = 10
 MAX_SEARCH_LIMIT = 100
 MAX_RECALL_LIMIT = 50
+# A recall's explicit `turn` (a safe integer in every client language).
+MAX_TURN = 2**53 - 1
 # `messages` of one recall (a burst of short messages).
 MAX_RECALL_MESSAGES = 32
 MAX_LIST_LIMIT = 200

@@ -37,7 +37,8 @@ Facts = Annotated[
     list[Annotated[str, msgspec.Meta(min_length=1, max_length=limits.MAX_FACT_CHARS)]],
     msgspec.Meta(max_length=limits.MAX_LIST_ITEMS),
 ]
-Narrative = Annotated[str, msgspec.Meta(max_length=limits.MAX_NARRATIVE_BYTES)]
+# Its limit is in UTF-8 bytes (`too_large`), checked by the handler; the body cap bounds it.
+Narrative = str
 Files = Annotated[
     list[Annotated[str, msgspec.Meta(min_length=1, max_length=limits.MAX_FILE_CHARS)]],
     msgspec.Meta(max_length=limits.MAX_LIST_ITEMS),
@@ -263,7 +264,7 @@ class RecallRequest(Request, kw_only=True):
     # "system": nothing is recalled (`skipped`), and the turn is not counted.
     source: Annotated[str, msgspec.Meta(min_length=1, max_length=64)] = "user"
     # None: the session's next turn, counted by the server from 1.
-    turn: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    turn: Annotated[int, msgspec.Meta(ge=1, le=limits.MAX_TURN)] | None = None
     limit: Annotated[int, msgspec.Meta(ge=1, le=limits.MAX_RECALL_LIMIT)] = 20
     # Path 1: memories created this recently (seconds) ...
     recent_s: Annotated[int, msgspec.Meta(ge=0, le=limits.MAX_TTL_S)] = 21600
@@ -271,7 +272,7 @@ class RecallRequest(Request, kw_only=True):
     min_importance: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] = 0.8
     # Leave out a candidate more similar (cosine) than this to one already chosen this turn
     # or recalled within the window.
-    dedup_threshold: Annotated[float, msgspec.Meta(gt=0.0, le=1.0)] = 0.85
+    dedup_threshold: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] = 0.85
     # The window: a memory recalled fewer turns ago than this is not recalled again.
     reinject_after: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 10
     max_tokens: MaxTokens | None = None
@@ -280,6 +281,8 @@ class RecallRequest(Request, kw_only=True):
     def __post_init__(self) -> None:
         if self.message is None and not self.messages:
             raise ValueError("recall needs the turn's `message` (or `messages`)")
+        if self.message is not None and self.messages:
+            raise ValueError("give the turn's `message` or `messages`, not both")
 
     @property
     def text(self) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 
 from contracts.messages import RecalledMemory, RecallReply, RecallRequest, SearchRequest
@@ -35,6 +36,9 @@ SEARCH_TOP = 20
 ALWAYS_MAX = 50
 # Chosen beyond `limit`, so that one that vanished since the queries leaves no gap.
 EXTRA = 5
+# Bytes kept for the reply's other fields when results are fitted to the max payload.
+REPLY_ENVELOPE = 4096
+_encoder = msgspec.json.Encoder()
 
 
 @dataclass
@@ -64,21 +68,34 @@ async def recall(ns: str, req: RecallRequest, deps: Deps) -> RecallReply:
         # Only what is returned counts as an access (some chosen ones may not fit).
         found = await deps.store.fetch(ns, [p.id for p in chosen], now, count_access=False)
         results: list[RecalledMemory] = []
+        lines: list[str] = []
         spent = 0
+        # The reply must fit one message: what would not fit is not given, so it is not
+        # recorded as recalled either (a later turn may still give it).
+        room = deps.max_payload - REPLY_ENVELOPE
+        truncated = False
         for pick, f in zip(chosen, found, strict=True):
             if f is None or len(results) == req.limit:
                 continue
             fits, spent = fits_budget(f.record.content, spent, req.max_tokens)
             if not fits and results:
                 break
-            results.append(_recalled(pick, f.record, f.access_count, f.last_accessed_ms))
+            result = _recalled(pick, f.record, f.access_count, f.last_accessed_ms)
+            line = f"{result.type}: {' '.join(result.content.split())}"
+            room -= len(_encoder.encode(result)) + len(_encoder.encode(line)) + 2
+            if room < 0:
+                truncated = True
+                break
+            results.append(result)
+            lines.append(line)
         given = {r.id: units.get(r.id) for r in results}
         await deps.store.session_recalled(ns, sid, turn, given, stale, ttl_s)
     await deps.store.touch(ns, list(given), now)
     return RecallReply(
         turn=turn,
         results=results,
-        block="\n".join(f"{r.type}: {' '.join(r.content.split())}" for r in results),
+        block="\n".join(lines),
+        truncated=truncated,
         left_out_recalled=sum(p.id in window for p in picks),
         left_out_similar=similar,
     )

@@ -45,7 +45,9 @@ def content_hash(
     one type and one scope (a workflow, or general). An observation (one with a `title`) is
     the same when its title and facts are, whatever its narrative says."""
     if title is not None:
-        normal = "\0".join(" ".join(part.lower().split()) for part in (title, *facts))
+        # The facts as a set: the same facts in another order are the same observation.
+        parts = [" ".join(part.lower().split()) for part in (title, *facts)]
+        normal = "\0".join([parts[0], *sorted(parts[1:])])
         normal = f"title\0{normal}"  # never equal to a plain content's key
     else:
         normal = " ".join(content.lower().split())

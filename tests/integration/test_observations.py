@@ -62,10 +62,13 @@ async def test_same_title_and_facts_is_a_repeat_whatever_the_narrative(
     first = await wf123.add("observation", title="API is slow", facts=["p99 2s"], narrative="a")
     again = await wf123.add("observation", title="api  is SLOW", facts=["P99 2s"], narrative="b")
     other = await wf123.add("observation", title="API is slow", facts=["p99 3s"])
+    listed = await wf123.add("observation", title="Two facts", facts=["a", "b"])
+    reordered = await wf123.add("observation", title="two facts", facts=["B", "a"])
 
     assert again.duplicate_of == first.id
     assert again.mention_count == 2
     assert other.duplicate_of is None and other.id != first.id
+    assert reordered.duplicate_of == listed.id  # the facts are a set
 
 
 async def test_an_observation_never_repeats_plain_content_that_reads_the_same(
@@ -93,6 +96,7 @@ async def test_the_people_filter_matches_any_name_case_insensitively(wf123: Agen
     ("fields", "code", "hint"),
     [
         ({"title": "t", "narrative": "é" * 17_000}, "too_large", "narrative"),
+        ({"title": "t", "narrative": "n" * 32_769}, "too_large", "narrative"),
         (
             {"title": "t", "facts": ["f" * 1000] * 32, "narrative": "n" * 1000},
             "too_large",

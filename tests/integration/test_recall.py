@@ -189,3 +189,35 @@ async def test_a_burst_of_messages_is_recalled_as_one_text(agent: AgentMemory) -
 
     assert [r.id for r in burst.results] == [only]
     assert burst.turn == 1
+
+
+async def test_what_does_not_fit_one_message_is_left_for_a_later_turn(
+    agent: AgentMemory,
+) -> None:
+    body = "river kayak " * (31 * 1024 // 12)
+    for i in range(40):
+        await agent.add("knowledge", f"{i} {body}", dedup="none")
+
+    first = await agent.recall("river kayak", limit=50, dedup_threshold=1.0)
+    second = await agent.recall("river kayak", limit=50, dedup_threshold=1.0)
+
+    assert first.truncated is True and 0 < len(first.results) < 40
+    assert len(first.block.splitlines()) == len(first.results)
+    given = {r.id for r in first.results}
+    assert second.results and not given & {r.id for r in second.results}
+    assert second.left_out_recalled == len(given)
+
+
+async def test_message_and_messages_together_are_refused(bus: MemoryBus) -> None:
+    body = b'{"message": "a", "messages": ["b"], "session_id": "s"}'
+    reply = msgspec.json.decode((await bus.nc.request(f"mem.{bus.namespace}.recall", body)).data)
+    assert (reply["code"], "not both" in reply["error"]) == ("invalid_request", True)
+
+
+async def test_a_zero_threshold_keeps_only_unrelated_memories(agent: AgentMemory) -> None:
+    await agent.add("knowledge", "kayak trip one", dedup="none")
+    await agent.add("knowledge", "kayak trip two", dedup="none")
+
+    reply = await agent.recall("kayak trip", dedup_threshold=0.0)
+
+    assert len(reply.results) == 1 and reply.left_out_similar == 1
