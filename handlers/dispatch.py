@@ -17,6 +17,7 @@ from contracts.subjects import NAMESPACE_PATTERN, is_valid_namespace, parse_requ
 from handlers.errors import HandlerError, InvalidRequest, TooLarge
 from handlers.fit import fitted
 from handlers.ops import OPERATIONS, Deps
+from handlers.ops.checks import check_context
 
 log = structlog.get_logger("membus.dispatch")
 
@@ -108,18 +109,6 @@ def decode_request(op: str, body: bytes) -> Request:
         ) from None
     except RecursionError:
         raise InvalidRequest("The request nests too deeply; flatten `metadata`.") from None
-
-
-def check_context(ctx: Context) -> None:
-    """The context texts' limit is in UTF-8 bytes; the contract's length check counts
-    characters, so a multi-byte text is measured again here."""
-    for name in ("goal", "memory", "constraints"):
-        text = getattr(ctx, name)
-        if text is not None and len(text.encode()) > limits.MAX_CONTEXT_TEXT_BYTES:
-            raise TooLarge(
-                f"`context.{name}` is {len(text.encode())} bytes; the limit is"
-                f" {limits.MAX_CONTEXT_TEXT_BYTES} (4 KiB). Summarise it."
-            )
 
 
 def _result_count(reply: msgspec.Struct) -> int | None:

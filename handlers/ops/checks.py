@@ -8,6 +8,7 @@ from collections.abc import Iterable
 import msgspec
 
 from contracts import limits
+from contracts.messages import Context
 from contracts.types import TypeConfig, TypeTable
 from handlers.errors import InvalidRequest, TooLarge
 
@@ -67,3 +68,15 @@ def check_narrative(narrative: str | None) -> None:
             f"`narrative` is {len(narrative.encode())} bytes; the limit is"
             f" {limits.MAX_NARRATIVE_BYTES} (32 KiB). Keep the details in `facts` or split it."
         )
+
+
+def check_context(ctx: Context) -> None:
+    """The context texts' limit is in UTF-8 bytes; the contract's length check counts
+    characters, so a multi-byte text is measured again here."""
+    for name in ("goal", "memory", "constraints"):
+        text = getattr(ctx, name)
+        if text is not None and len(text.encode()) > limits.MAX_CONTEXT_TEXT_BYTES:
+            raise TooLarge(
+                f"`context.{name}` is {len(text.encode())} bytes; the limit is"
+                f" {limits.MAX_CONTEXT_TEXT_BYTES} (4 KiB). Summarise it."
+            )

@@ -59,17 +59,21 @@ def _expires(now: int, ttl_s: int | None) -> int:
     return now + ttl_s * 1000 if ttl_s else PERMANENT_MS
 
 
-async def _repeated(ns: str, rec: Record, deps: Deps, now: int) -> AddReply:
-    """The reply to an add that repeated the live memory `rec` (mention already counted)."""
-    await publish_event(deps, ns, "updated", rec, now)
+def _added(rec: Record, repeated: bool = False) -> AddReply:
+    """The reply to an add that stored `rec`, or that repeated it (mention counted)."""
     return AddReply(
         id=rec.id,
         workflow_id=rec.workflow_id,
         importance=rec.importance,
         expires_at=expiry_dt(rec.expires_at),
-        duplicate_of=rec.id,
+        duplicate_of=rec.id if repeated else None,
         mention_count=rec.mention_count,
     )
+
+
+async def _repeated(ns: str, rec: Record, deps: Deps, now: int) -> AddReply:
+    await publish_event(deps, ns, "updated", rec, now)
+    return _added(rec, repeated=True)
 
 
 async def _near_duplicate(
@@ -152,12 +156,7 @@ async def _write(ns: str, req: AddRequest, rec: Record, vec: np.ndarray, deps: D
     if repeat is not None:
         return await _repeated(ns, repeat, deps, now)
     await publish_event(deps, ns, "added", rec, now)
-    return AddReply(
-        id=rec.id,
-        workflow_id=rec.workflow_id,
-        importance=rec.importance,
-        expires_at=expiry_dt(rec.expires_at),
-    )
+    return _added(rec)
 
 
 async def _supersede(ns: str, req: AddRequest, reply: AddReply, deps: Deps) -> None:

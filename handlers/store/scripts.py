@@ -27,8 +27,9 @@ end
 """
 
 
-def _script(source: str) -> str:
-    return _FOLLOW + Template(source).substitute(_NAMES)
+def _script(source: str, follow: bool = False) -> str:
+    """The script with record field names filled in (and `follow`, where it is used)."""
+    return (_FOLLOW if follow else "") + Template(source).substitute(_NAMES)
 
 
 # Read live memories and (when ARGV[2] is '1') count this access, in one round trip. ARGV[1]
@@ -102,7 +103,8 @@ return out
 # prefix, the history entry, n, the n fields to return of a repeated memory, then the new
 # record's field/value pairs. Returns false when it wrote the new memory, else the repeated
 # memory's field values.
-ADD_LUA = _script("""
+ADD_LUA = _script(
+    """
 local dkey, rec = KEYS[1], KEYS[2]
 local now = tonumber(ARGV[1])
 local n = tonumber(ARGV[6])
@@ -136,12 +138,15 @@ if dkey ~= '' then
   if ARGV[2] ~= '0' then redis.call('PEXPIREAT', dkey, ARGV[2]) end
 end
 return false
-""")
+""",
+    follow=True,
+)
 
 # Count one more mention of a live memory (a near-duplicate add). KEYS: record, history.
 # ARGV: now, the history entry, then the fields to return. Returns false when the memory is
 # gone, else its field values after the mention.
-MENTION_LUA = _script("""
+MENTION_LUA = _script(
+    """
 local f = redis.call('HMGET', KEYS[1], '$expires_at', '$id')
 if not f[2] or tonumber(f[1]) <= tonumber(ARGV[1]) then return false end
 local count = redis.call('HINCRBY', KEYS[1], '$mention_count', 1)
@@ -154,7 +159,9 @@ follow(KEYS[2], KEYS[1])
 local fields = {}
 for j = 3, #ARGV do fields[#fields + 1] = ARGV[j] end
 return redis.call('HMGET', KEYS[1], unpack(fields))
-""")
+""",
+    follow=True,
+)
 
 # Update a live memory: set fields, move its dedup key, append the history entry, and
 # re-apply expiry to every key. KEYS: record, access, old dedup key, new dedup key, history.
@@ -190,7 +197,8 @@ return 1
 # KEYS: record and history key of each memory. ARGV: now, the newer id, the history entry,
 # the dedup key prefix, n, the n field/value pairs to set (2n values), then the fields to
 # return, `expires_at` first. Each result is false (missing or expired) or the values.
-SUPERSEDE_LUA = _script("""
+SUPERSEDE_LUA = _script(
+    """
 local out = {}
 local now = tonumber(ARGV[1])
 local n = tonumber(ARGV[5])
@@ -216,4 +224,6 @@ for i = 1, #KEYS, 2 do
   end
 end
 return out
-""")
+""",
+    follow=True,
+)

@@ -102,6 +102,18 @@ def _recalled(raw: bytes) -> Recalled:
     return Recalled(int(turn), v / n if n else None)
 
 
+D = TypeVar("D", bound=msgspec.Struct)
+
+
+def _decode_docs(ns: str, found: Found, shape: type[D]) -> list[D]:
+    """An FT.SEARCH page as Structs (each document's id comes from its key)."""
+    out = []
+    for key, fields in found.docs:
+        fields["id"] = keys.id_of(ns, key)
+        out.append(decode(shape, fields))
+    return out
+
+
 def _entry(entry: Entry) -> bytes:
     return msgspec.json.encode(entry)
 
@@ -378,13 +390,13 @@ class Store:
     async def hybrid_policy(self, ns: str, where: FilterExpression, key: str | None = None) -> str:
         """The RediSearch hybrid policy a vector query with this filter runs with (chosen by
         the filter's count, cached a few seconds under `key`, by default the filter)."""
-        text = str(where)
+        actual = str(where)
 
         async def count(filter_: str) -> int:
-            filter_ = text if filter_ == key else filter_
+            filter_ = actual if filter_ == key else filter_
             return (await self._search(ns, CountQuery(filter_expression=filter_))).total
 
-        return await self._policy.choose(ns, key or text, count)
+        return await self._policy.choose(ns, key or actual, count)
 
     async def text(
         self,
@@ -404,11 +416,7 @@ class Store:
         return self._candidates(ns, await self._search(ns, query, with_scores=True))
 
     def _candidates(self, ns: str, found: Found) -> list[Candidate]:
-        out = []
-        for key, fields in found.docs:
-            fields["id"] = keys.id_of(ns, key)
-            out.append(decode(Candidate, fields))
-        return out
+        return _decode_docs(ns, found, Candidate)
 
     async def page(
         self,
@@ -431,11 +439,7 @@ class Store:
         )
         query.paging(offset, limit)
         found = await self._search(ns, query)
-        items = []
-        for key, fields in found.docs:
-            fields["id"] = keys.id_of(ns, key)
-            items.append(decode(shape, fields))
-        return Page(found.total, items)
+        return Page(found.total, _decode_docs(ns, found, shape))
 
     async def ids(self, ns: str, where: FilterExpression, limit: int) -> list[str]:
         """Ids of up to `limit` matching memories (no content loaded)."""
