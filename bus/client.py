@@ -17,11 +17,16 @@ from bus.errors import BusTimeout, InvalidRequest, Unavailable, error_for
 from contracts.messages import (
     AddReply,
     AddRequest,
+    ArchiveStateRequest,
+    ArchiveWorkspaceRequest,
+    CaptureRequest,
     ClearByTypeReply,
     ClearByTypeRequest,
     CompactListReply,
     CompactTimelineReply,
     Context,
+    CreateStateRequest,
+    CreateWorkspaceRequest,
     DeleteReply,
     DeleteRequest,
     DescribeReply,
@@ -31,8 +36,14 @@ from contracts.messages import (
     GetRequest,
     HistoryReply,
     HistoryRequest,
+    ListDataReply,
     ListReply,
     ListRequest,
+    ListStatesRequest,
+    ListWorkspacesRequest,
+    LoadStateRequest,
+    LoadWorkspaceRequest,
+    OkReply,
     PeopleReply,
     PeopleRequest,
     RecallReply,
@@ -40,10 +51,15 @@ from contracts.messages import (
     Request,
     SearchReply,
     SearchRequest,
+    State,
+    StateReply,
     TimelineReply,
     TimelineRequest,
     UpdateReply,
     UpdateRequest,
+    UpdateWorkspaceRequest,
+    Workspace,
+    WorkspaceReply,
 )
 from contracts.subjects import (
     DEFAULT_NAMESPACE,
@@ -133,9 +149,12 @@ class MemoryBus:
         agent_id: str | None = None,
         session_id: str | None = None,
         context: Context | None = None,
+        workspace: str | None = None,
     ) -> AgentMemory:
         """A handle bound, for good, to one agent in one workflow (and, optionally, one
-        session: its requests carry `context.session_id`, which writes record)."""
+        session: its requests carry `context.session_id`, which writes record; and one
+        workspace: its adds go into it, its reads look only inside it, and its state
+        operations default to it)."""
         if session_id is not None:
             base = context or Context()
             context = _build(
@@ -145,7 +164,13 @@ class MemoryBus:
                 memory=base.memory,
                 constraints=base.constraints,
             )
-        return AgentMemory(self, workflow_id=workflow_id, agent_id=agent_id, context=context)
+        return AgentMemory(
+            self,
+            workflow_id=workflow_id,
+            agent_id=agent_id,
+            context=context,
+            workspace=workspace,
+        )
 
     async def request(self, op: str, body: Request | bytes, reply_type: type[R]) -> R:
         """Send one operation and decode its reply; errors raise typed `BusError`s."""
@@ -164,6 +189,82 @@ class MemoryBus:
         if not env.success:
             raise error_for(env.code, env.error)
         return _decoder(reply_type).decode(msg.data)
+
+    async def publish(self, op: str, body: Request) -> None:
+        """Send one operation without waiting for (or getting) a reply: `capture`."""
+        await self.nc.publish(request_subject(self.namespace, op), _encoder.encode(body))
+
+    # Workspaces belong to the namespace, not to an agent.
+
+    async def create_workspace(
+        self,
+        name: str,
+        *,
+        description: str,
+        root_folder: str,
+        purpose: str,
+        workflows: Sequence[str] = (),
+        key_files: Sequence[str] = (),
+        preferences: dict[str, Any] | None = None,
+        context: Context | None = None,
+    ) -> None:
+        """Create a workspace; its name is unique in the namespace (else `Conflict`)."""
+        req = _build(
+            CreateWorkspaceRequest,
+            name=name,
+            description=description,
+            root_folder=root_folder,
+            purpose=purpose,
+            workflows=list(workflows),
+            key_files=list(key_files),
+            preferences=preferences or {},
+            context=context,
+        )
+        await self.request("create_workspace", req, OkReply)
+
+    async def list_workspaces(
+        self, *, include_archived: bool = False, context: Context | None = None
+    ) -> ListDataReply:
+        """`reply.data`: `{name, description}` of each workspace, oldest first."""
+        req = ListWorkspacesRequest(include_archived=include_archived, context=context)
+        return await self.request("list_workspaces", req, ListDataReply)
+
+    async def load_workspace(self, name: str, *, context: Context | None = None) -> Workspace:
+        req = _build(LoadWorkspaceRequest, name=name, context=context)
+        return (await self.request("load_workspace", req, WorkspaceReply)).data
+
+    async def update_workspace(
+        self,
+        name: str,
+        *,
+        description: str | None = None,
+        root_folder: str | None = None,
+        purpose: str | None = None,
+        workflows: Sequence[str] | None = None,
+        key_files: Sequence[str] | None = None,
+        preferences: dict[str, Any] | None = None,
+        is_archived: bool | None = None,
+        context: Context | None = None,
+    ) -> None:
+        """Change a workspace's fields; `is_archived=False` restores an archived one."""
+        req = _build(
+            UpdateWorkspaceRequest,
+            name=name,
+            description=description,
+            root_folder=root_folder,
+            purpose=purpose,
+            workflows=_opt_list(workflows),
+            key_files=_opt_list(key_files),
+            preferences=preferences,
+            is_archived=is_archived,
+            context=context,
+        )
+        await self.request("update_workspace", req, OkReply)
+
+    async def archive_workspace(self, name: str, *, context: Context | None = None) -> None:
+        """Hide a workspace from `list_workspaces` (its memories stay)."""
+        req = _build(ArchiveWorkspaceRequest, name=name, context=context)
+        await self.request("archive_workspace", req, OkReply)
 
     async def subscribe(
         self,
@@ -219,7 +320,7 @@ def decode_event(msg: Msg) -> Event:
 class AgentMemory:
     """One agent's memory tool: `workflow_id` and `agent_id` are fixed when it is made."""
 
-    __slots__ = ("_agent_id", "_bus", "_context", "_workflow_id")
+    __slots__ = ("_agent_id", "_bus", "_context", "_workflow_id", "_workspace")
 
     def __init__(
         self,
@@ -228,11 +329,26 @@ class AgentMemory:
         workflow_id: str | None,
         agent_id: str | None,
         context: Context | None = None,
+        workspace: str | None = None,
     ) -> None:
         self._bus = bus
         self._workflow_id = workflow_id
         self._agent_id = agent_id
         self._context = context
+        self._workspace = workspace
+
+    @property
+    def workspace(self) -> str | None:
+        return self._workspace
+
+    def _in_workspace(self, given: str | None) -> str:
+        ws = given or self._workspace
+        if ws is None:
+            raise InvalidRequest(
+                "States live in a workspace: pass `workspace=...` or make the handle with"
+                " bus.agent(..., workspace=...)."
+            )
+        return ws
 
     @property
     def workflow_id(self) -> str | None:
@@ -275,6 +391,7 @@ class AgentMemory:
         related_files: Sequence[str] = (),
         related_people: Sequence[str] = (),
         supersedes: Sequence[str] = (),
+        workspace: str | None = None,
     ) -> AddReply:
         """Store a memory. A repeat of live content (same type and scope) is not stored
         twice: the reply's `duplicate_of` names the memory whose `mention_count` went up.
@@ -303,6 +420,7 @@ class AgentMemory:
             related_files=list(related_files),
             related_people=list(related_people),
             supersedes=list(supersedes),
+            workspace=workspace or self._workspace,
             context=self._context,
         )
         return await self._bus.request("add", req, AddReply)
@@ -347,6 +465,7 @@ class AgentMemory:
         diversify: float | None = None,
         people: Sequence[str] | None = None,
         include_superseded: bool = False,
+        workspace: str | None = None,
     ) -> SearchReply:
         req = _build(
             SearchRequest,
@@ -366,6 +485,7 @@ class AgentMemory:
             diversify=diversify,
             people=_opt_list(people),
             include_superseded=include_superseded,
+            workspace=workspace or self._workspace,
             context=self._context,
         )
         return await self._bus.request("search", req, SearchReply)
@@ -389,6 +509,7 @@ class AgentMemory:
         max_tokens: int | None = None,
         people: Sequence[str] | None = None,
         include_superseded: bool = False,
+        workspace: str | None = None,
     ) -> ListReply: ...
 
     @overload
@@ -404,6 +525,7 @@ class AgentMemory:
         max_tokens: int | None = None,
         people: Sequence[str] | None = None,
         include_superseded: bool = False,
+        workspace: str | None = None,
     ) -> CompactListReply: ...
 
     async def list(
@@ -418,6 +540,7 @@ class AgentMemory:
         max_tokens: int | None = None,
         people: Sequence[str] | None = None,
         include_superseded: bool = False,
+        workspace: str | None = None,
     ) -> ListReply | CompactListReply:
         req = _build(
             ListRequest,
@@ -431,6 +554,7 @@ class AgentMemory:
             max_tokens=max_tokens,
             people=_opt_list(people),
             include_superseded=include_superseded,
+            workspace=workspace or self._workspace,
             context=self._context,
         )
         reply_type = CompactListReply if mode == "compact" else ListReply
@@ -457,6 +581,7 @@ class AgentMemory:
         reinject_after: int = 10,
         max_tokens: int | None = None,
         include_superseded: bool = False,
+        workspace: str | None = None,
     ) -> RecallReply:
         """Before a model turn: the memories to put in the prompt (`reply.block` is ready
         text), leaving out what this session was given in its last `reinject_after` turns.
@@ -485,6 +610,7 @@ class AgentMemory:
             reinject_after=reinject_after,
             max_tokens=max_tokens,
             include_superseded=include_superseded,
+            workspace=workspace or self._workspace,
             context=self._context,
         )
         return await self._bus.request("recall", req, RecallReply)
@@ -583,6 +709,108 @@ class AgentMemory:
             context=self._context,
         )
         return await self._bus.request("clear_by_type", req, ClearByTypeReply)
+
+    # ------------------------------------------------------------------- states
+
+    async def create_state(
+        self,
+        name: str,
+        *,
+        conversation_context: str,
+        active_task: str,
+        active_files: Sequence[str],
+        next_steps: Sequence[str],
+        description: str | None = None,
+        tags: Sequence[str] = (),
+        workspace: str | None = None,
+    ) -> None:
+        """Save an immutable, named save point in the workspace (this handle's unless
+        given). Its name is unique in the workspace forever: a repeat is `Conflict`."""
+        req = _build(
+            CreateStateRequest,
+            workspace=self._in_workspace(workspace),
+            name=name,
+            conversation_context=conversation_context,
+            active_task=active_task,
+            active_files=list(active_files),
+            next_steps=list(next_steps),
+            description=description,
+            tags=list(tags),
+            agent_id=self._agent_id,
+            context=self._context,
+        )
+        await self._bus.request("create_state", req, OkReply)
+
+    async def list_states(
+        self, *, include_archived: bool = False, workspace: str | None = None
+    ) -> ListDataReply:
+        """`reply.data`: `{name, description}` of each state, oldest first."""
+        req = ListStatesRequest(
+            workspace=self._in_workspace(workspace),
+            include_archived=include_archived,
+            context=self._context,
+        )
+        return await self._bus.request("list_states", req, ListDataReply)
+
+    async def load_state(self, name: str, *, workspace: str | None = None) -> State:
+        req = _build(
+            LoadStateRequest,
+            workspace=self._in_workspace(workspace),
+            name=name,
+            context=self._context,
+        )
+        return (await self._bus.request("load_state", req, StateReply)).data
+
+    async def archive_state(self, name: str, *, workspace: str | None = None) -> None:
+        """Hide a state from `list_states`; it stays loadable, and its name stays taken."""
+        req = _build(
+            ArchiveStateRequest,
+            workspace=self._in_workspace(workspace),
+            name=name,
+            context=self._context,
+        )
+        await self._bus.request("archive_state", req, OkReply)
+
+    # ------------------------------------------------------------------- tool runs
+
+    def capture_request(
+        self,
+        tool: str,
+        *,
+        args: dict[str, Any] | None = None,
+        output: str = "",
+        error: bool = False,
+        duration_ms: float | None = None,
+    ) -> CaptureRequest:
+        """The `capture` body of one tool run, with this handle's identity."""
+        return _build(
+            CaptureRequest,
+            tool=tool,
+            args=args or {},
+            output=output,
+            error=error,
+            duration_ms=duration_ms,
+            agent_id=self._agent_id,
+            workflow_id=self._workflow_id,
+            workspace=self._workspace,
+            context=self._context,
+        )
+
+    async def capture(
+        self,
+        tool: str,
+        *,
+        args: dict[str, Any] | None = None,
+        output: str = "",
+        error: bool = False,
+        duration_ms: float | None = None,
+    ) -> AddReply:
+        """Store one tool run as a `trace` and wait for the reply. To record runs without
+        ever waiting or failing, wrap the tool with `bus.capture.captured` instead."""
+        req = self.capture_request(
+            tool, args=args, output=output, error=error, duration_ms=duration_ms
+        )
+        return await self._bus.request("capture", req, AddReply)
 
     async def subscribe(self, *, type: str | None = None, action: str | None = None) -> EventStream:
         """Follow this agent's workflow (or general memories, for an agent without one)."""

@@ -42,3 +42,17 @@ MAX_CONTEXT_TEXT_BYTES = 4 * 1024
 MAX_DESCRIBE_TAGS = 1000
 # Longest TTL: 100 years (`ttl_s: 0` is permanent). Beyond it an expiry would pass year 9999.
 MAX_TTL_S = 3_155_760_000
+# Workspaces and states (PROTOCOL v2, seed 002).
+MAX_NAME_CHARS = 128
+MAX_DESCRIPTION_CHARS = 4096
+MAX_FOLDER_CHARS = 1024
+MAX_PREFERENCES_BYTES = 8 * 1024
+MAX_TASK_CHARS = 4096
+MAX_STEP_CHARS = 1024
+# Workspaces one namespace may hold, and states one workspace may hold (each list is one reply).
+MAX_WORKSPACES = 10_000
+MAX_STATES = 10_000
+# Capture of tool runs: the tool's name, and how much of its output and arguments a trace keeps.
+MAX_TOOL_CHARS = 128
+CAPTURE_OUTPUT_BYTES = 2 * 1024
+CAPTURE_ARGS_BYTES = 8 * 1024

@@ -18,6 +18,8 @@ from contracts.subjects import WORKFLOW_ID_PATTERN
 from contracts.types import TYPE_NAME_PATTERN
 
 TAG_PATTERN = r"^[a-z0-9_:.-]{1,64}\Z"
+# A workspace or state name: any printable text, without leading or trailing blanks.
+NAME_PATTERN = r"^[^\x00-\x1f\x7f\s](?:[^\x00-\x1f\x7f]*[^\x00-\x1f\x7f\s])?\Z"
 SESSION_ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,128}\Z"
 _TAG_RE = re.compile(TAG_PATTERN)
 
@@ -51,6 +53,15 @@ Fusion = Literal["linear", "rrf"]
 MaxTokens = Annotated[int, msgspec.Meta(ge=1, le=1_000_000)]
 StoreScope = Literal["general", "workflow"]
 TtlSeconds = Annotated[int, msgspec.Meta(ge=0, le=limits.MAX_TTL_S)]
+Name = Annotated[
+    str, msgspec.Meta(min_length=1, max_length=limits.MAX_NAME_CHARS, pattern=NAME_PATTERN)
+]
+Description = Annotated[str, msgspec.Meta(max_length=limits.MAX_DESCRIPTION_CHARS)]
+TaskText = Annotated[str, msgspec.Meta(max_length=limits.MAX_TASK_CHARS)]
+Steps = Annotated[
+    list[Annotated[str, msgspec.Meta(min_length=1, max_length=limits.MAX_STEP_CHARS)]],
+    msgspec.Meta(max_length=limits.MAX_LIST_ITEMS),
+]
 
 
 def compose_content(title: str, narrative: str | None, facts: list[str]) -> str:
@@ -58,6 +69,16 @@ def compose_content(title: str, narrative: str | None, facts: list[str]) -> str:
     narrative, then one `- fact` line per fact (the blank line only when more follows)."""
     body = ([narrative] if narrative else []) + [f"- {fact}" for fact in facts]
     return title + ("\n\n" + "\n".join(body) if body else "")
+
+
+def clip(text: str, max_bytes: int) -> str:
+    """`text` cut to at most `max_bytes` of UTF-8 (on a character boundary), with a mark
+    saying how much was cut."""
+    data = text.encode()
+    if len(data) <= max_bytes:
+        return text
+    kept = data[:max_bytes].decode(errors="ignore")
+    return f"{kept}... [{len(data) - len(kept.encode())} more bytes cut]"
 
 
 def normalize_tags(tags: list[str]) -> list[str]:
@@ -125,6 +146,8 @@ class AddRequest(Request, kw_only=True):
     # Older memories this one replaces (a changed decision): each gets `superseded_by`, and
     # reads leave them out unless asked with `include_superseded`.
     supersedes: Annotated[list[MemoryId], msgspec.Meta(max_length=limits.MAX_SUPERSEDES)] = []
+    # The name of an existing workspace the memory belongs to.
+    workspace: Name | None = None
 
     def __post_init__(self) -> None:
         self.tags = normalize_tags(self.tags)
@@ -181,6 +204,9 @@ class SearchRequest(Request, kw_only=True):
     people: People | None = None
     # Also return memories that a newer one superseded.
     include_superseded: bool = False
+    # Only memories of this workspace; without a `workflow_id`, all of them, whatever
+    # workflow wrote them.
+    workspace: Name | None = None
 
     def __post_init__(self) -> None:
         if self.query is None and self.embedding is None:
@@ -207,6 +233,9 @@ class ListRequest(Request, kw_only=True):
     people: People | None = None
     # Also list memories that a newer one superseded.
     include_superseded: bool = False
+    # Only memories of this workspace; without a `workflow_id`, all of them, whatever
+    # workflow wrote them.
+    workspace: Name | None = None
 
     def __post_init__(self) -> None:
         if self.tags is not None:
@@ -277,6 +306,9 @@ class RecallRequest(Request, kw_only=True):
     reinject_after: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 10
     max_tokens: MaxTokens | None = None
     include_superseded: bool = False
+    # Only memories of this workspace; without a `workflow_id`, all of them, whatever
+    # workflow wrote them.
+    workspace: Name | None = None
 
     def __post_init__(self) -> None:
         if self.message is None and not self.messages:
@@ -303,6 +335,116 @@ class ClearByTypeRequest(Request, kw_only=True):
             )
 
 
+# Workspaces and states (seed 002): named containers, and immutable named save points.
+
+
+class CreateWorkspaceRequest(Request, kw_only=True):
+    name: Name
+    description: Description
+    root_folder: Annotated[str, msgspec.Meta(max_length=limits.MAX_FOLDER_CHARS)]
+    purpose: Description
+    # Common workflows (free text).
+    workflows: Steps = []
+    key_files: Files = []
+    # Free JSON, at most 8 KiB (like `metadata`).
+    preferences: dict[str, Any] = {}
+
+
+class ListWorkspacesRequest(Request, kw_only=True):
+    include_archived: bool = False
+
+
+class LoadWorkspaceRequest(Request, kw_only=True):
+    name: Name
+
+
+class UpdateWorkspaceRequest(Request, kw_only=True):
+    """Change a workspace; fields left out stay as they are. `is_archived: false` restores
+    an archived workspace."""
+
+    name: Name
+    description: Description | None = None
+    root_folder: Annotated[str, msgspec.Meta(max_length=limits.MAX_FOLDER_CHARS)] | None = None
+    purpose: Description | None = None
+    workflows: Steps | None = None
+    key_files: Files | None = None
+    preferences: dict[str, Any] | None = None
+    is_archived: bool | None = None
+
+    def __post_init__(self) -> None:
+        if all(getattr(self, f) is None for f in WORKSPACE_FIELDS):
+            raise ValueError(
+                "update_workspace changes nothing: give at least one of "
+                + ", ".join(WORKSPACE_FIELDS)
+            )
+
+
+# The fields of a workspace that `update_workspace` may change.
+WORKSPACE_FIELDS = (
+    "description",
+    "root_folder",
+    "purpose",
+    "workflows",
+    "key_files",
+    "preferences",
+    "is_archived",
+)
+
+
+class ArchiveWorkspaceRequest(Request, kw_only=True):
+    name: Name
+
+
+class CreateStateRequest(Request, kw_only=True):
+    """A save point: what was going on, so that any later session can resume from it."""
+
+    workspace: Name
+    # Unique in the workspace, forever (archived or not).
+    name: Name
+    # What was happening when the state was saved.
+    conversation_context: str
+    active_task: TaskText
+    active_files: Files
+    next_steps: Steps
+    description: Description | None = None
+    tags: Tags = []
+    # Who saved it (recorded on the state's memory).
+    agent_id: AgentId | None = None
+
+    def __post_init__(self) -> None:
+        self.tags = normalize_tags(self.tags)
+
+
+class ListStatesRequest(Request, kw_only=True):
+    workspace: Name
+    include_archived: bool = False
+
+
+class LoadStateRequest(Request, kw_only=True):
+    workspace: Name
+    name: Name
+
+
+class ArchiveStateRequest(Request, kw_only=True):
+    workspace: Name
+    name: Name
+
+
+class CaptureRequest(Request, kw_only=True):
+    """The record of one tool run, published by an agent runtime after the call: stored as
+    a `trace` memory (never folded by dedup)."""
+
+    tool: Annotated[str, msgspec.Meta(min_length=1, max_length=limits.MAX_TOOL_CHARS)]
+    args: dict[str, Any] = {}
+    # Kept up to 2 KiB (cut on a character boundary).
+    output: str = ""
+    error: bool = False
+    agent_id: AgentId | None = None
+    workflow_id: WorkflowId | None = None
+    workspace: Name | None = None
+    duration_ms: Annotated[float, msgspec.Meta(ge=0)] | None = None
+
+
 REQUEST_TYPES: dict[str, type[Request]] = {
     "add": AddRequest,
     "search": SearchRequest,
@@ -316,6 +458,16 @@ REQUEST_TYPES: dict[str, type[Request]] = {
     "recall": RecallRequest,
     "timeline": TimelineRequest,
     "people": PeopleRequest,
+    "create_workspace": CreateWorkspaceRequest,
+    "list_workspaces": ListWorkspacesRequest,
+    "load_workspace": LoadWorkspaceRequest,
+    "update_workspace": UpdateWorkspaceRequest,
+    "archive_workspace": ArchiveWorkspaceRequest,
+    "create_state": CreateStateRequest,
+    "list_states": ListStatesRequest,
+    "load_state": LoadStateRequest,
+    "archive_state": ArchiveStateRequest,
+    "capture": CaptureRequest,
 }
 
 # --------------------------------------------------------------------------- records
@@ -350,6 +502,8 @@ class Memory(msgspec.Struct, kw_only=True):
     related_people: list[str] = []
     # The id of the newer memory that replaced this one (`supersedes`), or null.
     superseded_by: str | None = None
+    # The workspace it belongs to, or null.
+    workspace: str | None = None
 
 
 class ScoredMemory(Memory, kw_only=True):
@@ -533,6 +687,69 @@ class DeleteReply(Reply, kw_only=True):
 
 class ClearByTypeReply(Reply, kw_only=True):
     deleted: int
+
+
+# Workspace and state replies are the seed's lean ones: writes `{"success": true}`, lists
+# and loads `{"success": true, "data": ...}`.
+
+
+class OkReply(Reply, kw_only=True):
+    """`{"success": true}`: the caller already knows what it sent."""
+
+
+class NamedItem(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """One workspace or state of a list."""
+
+    name: str
+    description: str | None = None
+    # Only listed when true (with `include_archived`).
+    is_archived: bool = False
+
+
+class ListDataReply(Reply, kw_only=True):
+    """`list_workspaces` and `list_states`: oldest first."""
+
+    data: list[NamedItem]
+    # Present (true) only when trailing items were dropped to fit the max payload.
+    truncated: bool | msgspec.UnsetType = msgspec.UNSET
+
+
+class Workspace(msgspec.Struct, kw_only=True):
+    name: str
+    description: str
+    root_folder: str
+    purpose: str
+    workflows: list[str] = []
+    key_files: list[str] = []
+    preferences: dict[str, Any] = {}
+    is_archived: bool = False
+    created_at: datetime
+    updated_at: datetime
+
+
+class WorkspaceReply(Reply, kw_only=True):
+    data: Workspace
+
+
+class State(msgspec.Struct, kw_only=True):
+    name: str
+    workspace: str
+    conversation_context: str
+    active_task: str
+    active_files: list[str] = []
+    next_steps: list[str] = []
+    description: str | None = None
+    tags: list[str] = []
+    is_archived: bool = False
+    created_at: datetime
+    # The state's memory (type `state`): for `get`, `history`, `timeline`.
+    id: str
+    agent_id: str | None = None
+    session_id: str | None = None
+
+
+class StateReply(Reply, kw_only=True):
+    data: State
 
 
 # --------------------------------------------------------------------------- events

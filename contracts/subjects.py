@@ -29,6 +29,16 @@ OPERATIONS: tuple[str, ...] = (
     "recall",
     "timeline",
     "people",
+    "create_workspace",
+    "list_workspaces",
+    "load_workspace",
+    "update_workspace",
+    "archive_workspace",
+    "create_state",
+    "list_states",
+    "load_state",
+    "archive_state",
+    "capture",
 )
 
 

@@ -34,7 +34,13 @@ DEFAULT_TYPES: TypeTable = {
     "fact": TypeConfig(importance=0.6, scope="general"),
     "event": TypeConfig(importance=0.4, scope="workflow"),
     "observation": TypeConfig(importance=0.3, scope="workflow"),
+    # A tool run (`capture`), and a workspace's immutable save point (`create_state`).
+    "trace": TypeConfig(importance=0.2, scope="workflow", ttl_s=30 * DAY_S),
+    "state": TypeConfig(importance=0.9, scope="general"),
 }
+# Types the server writes itself: `add` refuses `state` (use `create_state`).
+STATE_TYPE = "state"
+TRACE_TYPE = "trace"
 
 TYPE_NAME_PATTERN = r"^[a-z0-9_]{1,64}\Z"
 
