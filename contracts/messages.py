@@ -442,7 +442,7 @@ class CaptureRequest(Request, kw_only=True):
     agent_id: AgentId | None = None
     workflow_id: WorkflowId | None = None
     workspace: Name | None = None
-    duration_ms: Annotated[float, msgspec.Meta(ge=0)] | None = None
+    duration_ms: Annotated[float, msgspec.Meta(ge=0.0)] | None = None
 
 
 REQUEST_TYPES: dict[str, type[Request]] = {

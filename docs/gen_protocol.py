@@ -36,6 +36,16 @@ SECTIONS: list[tuple[str, list[type[msgspec.Struct]]]] = [
             m.RecallRequest,
             m.TimelineRequest,
             m.PeopleRequest,
+            m.CreateWorkspaceRequest,
+            m.ListWorkspacesRequest,
+            m.LoadWorkspaceRequest,
+            m.UpdateWorkspaceRequest,
+            m.ArchiveWorkspaceRequest,
+            m.CreateStateRequest,
+            m.ListStatesRequest,
+            m.LoadStateRequest,
+            m.ArchiveStateRequest,
+            m.CaptureRequest,
             m.Context,
         ],
     ),
@@ -56,6 +66,10 @@ SECTIONS: list[tuple[str, list[type[msgspec.Struct]]]] = [
             m.TimelineReply,
             m.CompactTimelineReply,
             m.PeopleReply,
+            m.OkReply,
+            m.ListDataReply,
+            m.WorkspaceReply,
+            m.StateReply,
             m.ErrorReply,
         ],
     ),
@@ -69,6 +83,9 @@ SECTIONS: list[tuple[str, list[type[msgspec.Struct]]]] = [
             m.HistoryEntry,
             m.Change,
             m.Person,
+            m.NamedItem,
+            m.Workspace,
+            m.State,
             m.Event,
         ],
     ),
@@ -119,6 +136,8 @@ def render_default(f: mi.Field) -> str:
         return "required"
     if f.default_factory is not mi.NODEFAULT:
         return f"`{msgspec.json.encode(f.default_factory()).decode()}`"
+    if f.default in (mi.NODEFAULT, msgspec.UNSET):
+        return "absent"
     return f"`{msgspec.json.encode(f.default).decode()}`"
 
 

@@ -112,7 +112,7 @@ def decode_request(op: str, body: bytes) -> Request:
 
 
 def _result_count(reply: msgspec.Struct) -> int | None:
-    for name in ("results", "memories"):
+    for name in ("results", "memories", "data"):
         items = getattr(reply, name, None)
         if isinstance(items, list):
             return len(items)

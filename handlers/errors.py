@@ -23,6 +23,11 @@ class NotFound(HandlerError):
     status = "404"
 
 
+class Conflict(HandlerError):
+    code = "conflict"
+    status = "409"
+
+
 class TooLarge(HandlerError):
     code = "too_large"
     status = "413"

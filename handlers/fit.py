@@ -13,6 +13,7 @@ from contracts.messages import (
     CompactTimelineReply,
     GetReply,
     HistoryReply,
+    ListDataReply,
     ListReply,
     PeopleReply,
     RecallReply,
@@ -31,6 +32,7 @@ TRIMMABLE: dict[type[msgspec.Struct], str] = {
     TimelineReply: "memories",
     CompactTimelineReply: "memories",
     PeopleReply: "people",
+    ListDataReply: "data",
 }
 
 _encoder = msgspec.json.Encoder()

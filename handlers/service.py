@@ -78,6 +78,8 @@ class Handler:
     async def _serve(self, op: str, req: MicroRequest) -> None:
         body, error = await dispatch(op, req.subject, req.data, self.deps)
         if not wants_reply(req):
+            if error is not None:  # a plain publish (a capture): nobody else will hear of it
+                log.warning("request.unanswered_error", op=op, code=error.code, error=error.message)
             return
         try:
             if error is None:

@@ -39,15 +39,21 @@ def check_metadata(value: dict[str, object] | None) -> str | None:
     """The metadata as the JSON text we store, once it is known to be small and shallow."""
     if value is None:
         return None
+    return check_object(value, "metadata", "put long text in `content`")
+
+
+def check_object(value: dict[str, object], name: str, instead: str) -> str:
+    """A free JSON object of a request (`metadata`, `preferences`) as the JSON text we
+    store, once it is known to be small and shallow."""
     data = _encoder.encode(value)
     if len(data) > limits.MAX_METADATA_BYTES:
         raise TooLarge(
-            f"`metadata` is {len(data)} bytes of JSON; the limit is {limits.MAX_METADATA_BYTES}."
-            " Keep metadata small and put long text in `content`."
+            f"`{name}` is {len(data)} bytes of JSON; the limit is {limits.MAX_METADATA_BYTES}."
+            f" Keep {name} small and {instead}."
         )
     if _depth(value) > limits.MAX_METADATA_NESTING:
         raise InvalidRequest(
-            f"`metadata` nests more than {limits.MAX_METADATA_NESTING} levels deep; flatten it."
+            f"`{name}` nests more than {limits.MAX_METADATA_NESTING} levels deep; flatten it."
         )
     return data.decode()
 

@@ -62,7 +62,7 @@ async def list_(ns: str, req: ListRequest, deps: Deps) -> ListReply | CompactLis
     check_types(deps.settings.types, req.types)
     where = read_filter(
         deps.clock(),
-        read_scope(req.scope, req.workflow_id),
+        read_scope(req.scope, req.workflow_id, req.workspace),
         types=req.types,
         tags=req.tags,
         people=req.people,

@@ -38,6 +38,7 @@ def _fields(rec: Record, access_count: int, last_accessed_ms: int | None) -> dic
         "related_files": rec.related_files,
         "related_people": rec.related_people,
         "superseded_by": rec.superseded_by,
+        "workspace": rec.workspace,
     }
 
 

@@ -18,7 +18,8 @@ from contracts.messages import (
     UpdateRequest,
     compose_content,
 )
-from handlers.errors import NotFound
+from contracts.types import STATE_TYPE
+from handlers.errors import InvalidRequest, NotFound
 from handlers.ops.checks import check_content, check_metadata, check_narrative, type_config
 from handlers.ops.clock import expiry_dt, ms_to_dt
 from handlers.ops.deps import Deps
@@ -27,9 +28,11 @@ from handlers.ops.history import entry, update_changes
 from handlers.ops.ranking import similarity
 from handlers.ops.scoping import storage_workflow
 from handlers.ops.vectors import request_vector
+from handlers.ops.workspaces import state_is_immutable, workspace_not_found
 from handlers.store.filters import ReadScope, read_filter
 from handlers.store.ids import new_id
 from handlers.store.record import PERMANENT_MS, Record
+from handlers.store.store import Immutable
 
 CLEAR_BATCH = 500
 
@@ -97,7 +100,16 @@ async def _near_duplicate(
 
 
 async def add(ns: str, req: AddRequest, deps: Deps) -> AddReply:
+    if req.type == STATE_TYPE:
+        raise InvalidRequest(
+            "States are not added with add: use create_state (a state needs a workspace and"
+            " a name unique in it)."
+        )
     cfg = type_config(deps.settings.types, req.type)
+    if req.workspace is not None and not await deps.store.spaces.workspace_exists(
+        ns, req.workspace
+    ):
+        raise workspace_not_found(req.workspace)
     content = req.content or ""  # the request composed it from the title when left out
     check_narrative(req.narrative)
     composed = req.title is not None and content == compose_content(
@@ -133,6 +145,7 @@ async def add(ns: str, req: AddRequest, deps: Deps) -> AddReply:
         narrative=req.narrative,
         related_files=req.related_files,
         related_people=req.related_people,
+        workspace=req.workspace,
     )
     if req.dedup != "semantic":
         reply = await _write(ns, req, rec, vec, deps)
@@ -184,6 +197,8 @@ async def update(ns: str, req: UpdateRequest, deps: Deps) -> UpdateReply:
     old = await deps.store.read(ns, req.id, now)
     if old is None:
         raise missing
+    if old.type == STATE_TYPE:
+        raise state_is_immutable(old.id, "update")
     new = msgspec.structs.replace(old, updated_at=now)
     vec = None
     if req.content is not None and req.content != old.content:
@@ -218,7 +233,12 @@ async def _delete_and_announce(
 ) -> tuple[int, list[str]]:
     now = deps.clock()
     keep_ms = deps.settings.history_after_delete_s * 1000
-    deleted = await deps.store.delete(ns, ids, now, entry("deleted", now, req), keep_ms)
+    try:
+        deleted = await deps.store.delete(
+            ns, ids, now, entry("deleted", now, req), keep_ms, STATE_TYPE
+        )
+    except Immutable as exc:
+        raise state_is_immutable(exc.memory_id, "delete") from None
     missing = []
     for mid, rec in zip(ids, deleted, strict=True):
         if rec is None:
@@ -235,6 +255,11 @@ async def delete(ns: str, req: DeleteRequest, deps: Deps) -> DeleteReply:
 
 async def clear_by_type(ns: str, req: ClearByTypeRequest, deps: Deps) -> ClearByTypeReply:
     type_config(deps.settings.types, req.type)
+    if req.type == STATE_TYPE:
+        raise InvalidRequest(
+            "States are immutable: clear_by_type cannot delete them. Use archive_state to hide"
+            " a state from list_states."
+        )
     if req.scope == "general":
         scope = ReadScope(workflow_id=None, general=True)
     else:

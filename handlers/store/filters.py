@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from redisvl.query.filter import FilterExpression, Num, Tag
 
-from handlers.store.record import GENERAL, person_tag
+from handlers.store.record import GENERAL, person_tag, workspace_tag
 from handlers.store.schema import TEXT_FIELDS
 
 # Terms a full-text query carries at most: each is a clause of its own (see `text_match`).
@@ -31,10 +31,13 @@ CURRENT = Tag("superseded") != "1"
 
 @dataclass(frozen=True, slots=True)
 class ReadScope:
-    """What a read covers: one workflow's memories, the general ones, or both."""
+    """What a read covers: one workflow's memories, the general ones, or both; within a
+    workspace, when it names one. No workflow and not general, in a workspace, is all of
+    the workspace's memories."""
 
     workflow_id: str | None
     general: bool
+    workspace: str | None = None
 
     @property
     def applied(self) -> str:
@@ -62,12 +65,16 @@ def read_filter(
     """
     general = Tag("general") == GENERAL
     where: FilterExpression
-    if scope.workflow_id is None:
-        where = general
-    elif scope.general:
-        where = (Tag("wf") == scope.workflow_id) | general
-    else:
+    if scope.workflow_id is not None:
         where = Tag("wf") == scope.workflow_id
+        if scope.general:
+            where = where | general
+    else:
+        where = general
+    if scope.workspace is not None:
+        in_workspace = Tag("wsh") == workspace_tag(scope.workspace)
+        whole = scope.workflow_id is None and not scope.general
+        where = in_workspace if whole else in_workspace & where
     f = where if now_ms is None else (Num("expires_at") > now_ms) & where
     if types:
         f = f & (Tag("type") == list(types))

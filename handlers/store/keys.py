@@ -58,6 +58,28 @@ def session_key(ns: str, session_id: str) -> str:
     return f"{ROOT}:{ns}:sess:{session_id}"
 
 
+def workspace_key(ns: str, name: str) -> str:
+    """A workspace: a hash of its fields (each JSON). Names may hold any printable
+    character; as the key's last part they need no escaping."""
+    return f"{ROOT}:{ns}:ws:{name}"
+
+
+def workspace_index(ns: str) -> str:
+    """The namespace's workspace names, scored by creation time (ms)."""
+    return f"{ROOT}:{ns}:wsindex"
+
+
+def states_key(ns: str, workspace: str) -> str:
+    """A workspace's states: name -> JSON `{id, description}` of the state's memory. Never
+    deleted, so a state's name stays taken forever."""
+    return f"{ROOT}:{ns}:states:{workspace}"
+
+
+def archived_states_key(ns: str, workspace: str) -> str:
+    """The names of a workspace's archived states."""
+    return f"{ROOT}:{ns}:sarchived:{workspace}"
+
+
 def lock_key(ns: str, name: str) -> str:
     return f"{ROOT}:{ns}:lock:{name}"
 

@@ -9,6 +9,7 @@ in `Record` (and, when it is searched or filtered, one entry in `schema.py`).
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any, NamedTuple, TypeVar
 
 import msgspec
@@ -58,6 +59,8 @@ class Record(Summary, kw_only=True):
     related_people: list[str] = []
     # The id of the newer memory that replaced this one (`supersedes`).
     superseded_by: str | None = None
+    # The name of the workspace it belongs to.
+    workspace: str | None = None
 
 
 class Candidate(
@@ -140,6 +143,12 @@ _JSON_LISTS = tuple(f.encode_name for f in msgspec.structs.fields(Record) if f.t
 PEOPLE_SEPARATOR = "|"
 
 
+def workspace_tag(name: str) -> str:
+    """How a workspace name is indexed and matched (exactly): a digest, so that no name needs
+    escaping in a query, whatever characters it holds."""
+    return hashlib.sha256(name.encode()).hexdigest()[:24]
+
+
 def person_tag(name: str) -> str:
     """How a name is indexed and matched: lower-cased, without the separator."""
     return " ".join(name.replace(PEOPLE_SEPARATOR, " ").lower().split())
@@ -164,6 +173,7 @@ def _stored(rec: Record) -> dict[str, Any]:
     out["tagtext"] = " ".join(rec.tags)
     out["people"] = PEOPLE_SEPARATOR.join(dict.fromkeys(map(person_tag, rec.related_people)))
     out["has_people"] = "1" if rec.related_people else ""
+    out["wsh"] = workspace_tag(rec.workspace) if rec.workspace is not None else ""
     out.update(_superseded(rec.superseded_by))
     return out
 

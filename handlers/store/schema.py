@@ -42,6 +42,8 @@ def schema_dict(ns: str, dimension: int) -> dict[str, Any]:
             # `related_people`, lower-cased (record.person_tag), for the `people` filter.
             {"name": "people", "type": "tag", "attrs": {"separator": PEOPLE_SEPARATOR}},
             {"name": "has_people", "type": "tag"},
+            # The workspace, as `record.workspace_tag` (exact match).
+            {"name": "wsh", "type": "tag", "attrs": {"case_sensitive": True}},
             # "1" once a newer memory superseded it (see record.supersede_fields).
             {"name": "superseded", "type": "tag"},
             {"name": "content", "type": "text"},

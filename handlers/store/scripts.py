@@ -65,16 +65,22 @@ return out
 
 # Delete live memories (record, access and dedup keys) and return each one's fields,
 # atomically, so that two concurrent deletes report (and publish) each memory once. The
-# history gets a `deleted` entry and outlives the memory by ARGV[4] ms.
+# history gets a `deleted` entry and outlives the memory by ARGV[4] ms. Memories of the
+# immutable type ARGV[5] (states) are never deleted: if one is among them, nothing is, and
+# the result is {'immutable', its id}.
 # KEYS: record, access and history key of each memory. ARGV[1] is now (ms), ARGV[2] the
 # namespace's dedup key prefix, ARGV[3] the history entry, ARGV[4] how long history stays,
-# ARGV[5..] the fields to return, `expires_at` first. Each result is false (missing or
-# expired) or the field values.
+# ARGV[5] the immutable type, ARGV[6..] the fields to return, `expires_at` first. Each result
+# is false (missing or expired) or the field values.
 DELETE_LUA = _script("""
 local out = {}
 local now = tonumber(ARGV[1])
 local fields = {}
-for j = 5, #ARGV do fields[#fields + 1] = ARGV[j] end
+for j = 6, #ARGV do fields[#fields + 1] = ARGV[j] end
+for i = 1, #KEYS, 3 do
+  local f = redis.call('HMGET', KEYS[i], '$id', '$type', '$expires_at')
+  if f[1] and f[2] == ARGV[5] and tonumber(f[3] or '0') > now then return {'immutable', f[1]} end
+end
 for i = 1, #KEYS, 3 do
   local rec, acc, hist = KEYS[i], KEYS[i + 1], KEYS[i + 2]
   local f = redis.call('HMGET', rec, '$id', '$content_hash')
@@ -226,4 +232,66 @@ end
 return out
 """,
     follow=True,
+)
+
+# Create a workspace unless its name is taken (check and write in one step, so two handlers
+# creating one name at once leave one workspace). KEYS: the workspace, the namespace's index.
+# ARGV: name, created (ms), the most workspaces a namespace may hold, then field/value pairs.
+# Returns 1 (created), 0 (name taken) or -1 (the namespace is full).
+CREATE_WORKSPACE_LUA = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[3]) then return -1 end
+local pairs = {}
+for j = 4, #ARGV do pairs[#pairs + 1] = ARGV[j] end
+redis.call('HSET', KEYS[1], unpack(pairs))
+redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
+return 1
+"""
+
+# Set fields of an existing workspace. KEYS: the workspace. ARGV: field/value pairs.
+# Returns 0 when it does not exist.
+UPDATE_WORKSPACE_LUA = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], unpack(ARGV))
+return 1
+"""
+
+# Create a state: its workspace must exist and its name be new there, forever; the name's
+# claim and the state's memory are written in one step. KEYS: the workspace, its states,
+# the new record, its history. ARGV: name, the states entry (JSON), expires (ms, or 0 for
+# permanent), the history entry, the most states a workspace may hold, then the record's
+# field/value pairs. Returns 'ok', 'no_workspace', 'exists' or 'full'.
+CREATE_STATE_LUA = _script(
+    """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 'no_workspace' end
+if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then return 'exists' end
+if redis.call('HLEN', KEYS[2]) >= tonumber(ARGV[5]) then return 'full' end
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+local pairs = {}
+for j = 6, #ARGV do pairs[#pairs + 1] = ARGV[j] end
+redis.call('HSET', KEYS[3], unpack(pairs))
+if ARGV[3] ~= '0' then redis.call('PEXPIREAT', KEYS[3], ARGV[3]) end
+redis.call('RPUSH', KEYS[4], ARGV[4])
+follow(KEYS[4], KEYS[3])
+return 'ok'
+""",
+    follow=True,
+)
+
+# Archive a state: add its name to the archived set and note it in its memory's history.
+# KEYS: the workspace, its states, its archived set. ARGV: name, history key prefix, the
+# history entry. Returns 'no_workspace', 'missing', 'already', or the state's memory id.
+ARCHIVE_STATE_LUA = _script(
+    """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 'no_workspace' end
+local raw = redis.call('HGET', KEYS[2], ARGV[1])
+if not raw then return 'missing' end
+if redis.call('SADD', KEYS[3], ARGV[1]) == 0 then return 'already' end
+local id = cjson.decode(raw)['id']
+local hist = ARGV[2] .. id
+if redis.call('EXISTS', hist) == 1 then
+  redis.call('RPUSH', hist, ARGV[3])
+end
+return id
+"""
 )

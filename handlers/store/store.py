@@ -57,6 +57,7 @@ from handlers.store.scripts import (
     SUPERSEDE_LUA,
     UPDATE_LUA,
 )
+from handlers.store.spaces import Spaces
 
 T = TypeVar("T")
 S = TypeVar("S", Summary, Record, Mentions)
@@ -125,12 +126,22 @@ def _args(fields: dict[str, Any]) -> list[Any]:
     return out
 
 
+class Immutable(Exception):
+    """A delete named a memory of the immutable type (a state): nothing was deleted."""
+
+    def __init__(self, memory_id: str) -> None:
+        super().__init__(memory_id)
+        self.memory_id = memory_id
+
+
 class Store:
     """Namespace indexes and every Redis read and write of the service."""
 
     def __init__(self, client: aioredis.Redis, embedder_name: str, dimension: int) -> None:
         self.client = client
         self.indexes = Indexes(client, NamespaceMeta(embedder_name, dimension), self._guard)
+        # Workspaces and the names of states.
+        self.spaces = Spaces(client, self._guard)
         self._policy = HybridPolicy()
         self._fetch = client.register_script(FETCH_LUA)
         self._delete = client.register_script(DELETE_LUA)
@@ -213,16 +224,25 @@ class Store:
             return bool(await self._update(keys=memory_keys, args=args))
 
     async def delete(
-        self, ns: str, ids: list[str], now_ms: int, entry: Entry, history_ms: int
+        self,
+        ns: str,
+        ids: list[str],
+        now_ms: int,
+        entry: Entry,
+        history_ms: int,
+        immutable_type: str,
     ) -> list[Record | None]:
         """Delete live memories; each one's record as it was, or None where missing. Their
-        history gets `entry` and stays readable for `history_ms`."""
+        history gets `entry` and stays readable for `history_ms`. If one of them is of
+        `immutable_type`, nothing is deleted and `Immutable` names it."""
         if not ids:
             return []
         args: list[Any] = [now_ms, keys.dedup_prefix(ns), _entry(entry), history_ms]
-        args += RECORD_FIELDS
+        args += [immutable_type, *RECORD_FIELDS]
         async with self._guard():
             rows = await self._delete(keys=keys.memory_keys(ns, ids, history=True), args=args)
+        if rows and not isinstance(rows[0], list | None):
+            raise Immutable(text(rows[1]))
         return [_record(RECORD_FIELDS, row) if row else None for row in rows]
 
     async def supersede(

@@ -60,6 +60,16 @@ def test_every_operation_has_a_request_class_derived_from_request() -> None:
         "recall",
         "timeline",
         "people",
+        "create_workspace",
+        "list_workspaces",
+        "load_workspace",
+        "update_workspace",
+        "archive_workspace",
+        "create_state",
+        "list_states",
+        "load_state",
+        "archive_state",
+        "capture",
     }
     assert all(issubclass(cls, Request) for cls in REQUEST_TYPES.values())
 
@@ -272,13 +282,16 @@ PROTOCOL_TYPES = {
     "fact": (0.6, "general", None),
     "event": (0.4, "workflow", None),
     "observation": (0.3, "workflow", None),
+    # v2: tool runs (`capture`) and workspace save points (`create_state`).
+    "trace": (0.2, "workflow", 30 * 24 * 3600),
+    "state": (0.9, "general", None),
 }
 
 
 def test_default_type_table_equals_the_protocol_table() -> None:
     actual = {name: (c.importance, c.scope, c.ttl_s) for name, c in DEFAULT_TYPES.items()}
     assert actual == PROTOCOL_TYPES
-    assert len(DEFAULT_TYPES) == 11
+    assert len(DEFAULT_TYPES) == 13
 
 
 def test_context_ttl_is_seven_days() -> None:

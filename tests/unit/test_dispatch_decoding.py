@@ -28,6 +28,23 @@ VALID_BODIES = {
     "recall": {"message": "hi", "session_id": "s-1"},
     "timeline": {"anchor": "01ABC"},
     "people": {"query": "ana"},
+    "create_workspace": {"name": "Alpha", "description": "d", "root_folder": "/", "purpose": "p"},
+    "list_workspaces": {"include_archived": True},
+    "load_workspace": {"name": "Alpha"},
+    "update_workspace": {"name": "Alpha", "is_archived": False},
+    "archive_workspace": {"name": "Alpha"},
+    "create_state": {
+        "workspace": "Alpha",
+        "name": "s1",
+        "conversation_context": "c",
+        "active_task": "t",
+        "active_files": [],
+        "next_steps": ["n"],
+    },
+    "list_states": {"workspace": "Alpha"},
+    "load_state": {"workspace": "Alpha", "name": "s1"},
+    "archive_state": {"workspace": "Alpha", "name": "s1"},
+    "capture": {"tool": "read_file", "args": {"path": "a.py"}, "output": "x", "error": False},
 }
 
 

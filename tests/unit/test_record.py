@@ -18,6 +18,7 @@ from handlers.store.record import (
     changed_fields,
     decode,
     new_fields,
+    workspace_tag,
 )
 
 T0 = 1_790_000_000_000
@@ -45,6 +46,7 @@ def record(**changes: object) -> Record:
         related_files=["infra/db.tf"],
         related_people=["Ana Lima", "Bo|Chen", "ana  LIMA"],
         superseded_by="01NEWER",
+        workspace="Project Alpha",
     )
     return msgspec.structs.replace(rec, **changes)
 
@@ -82,6 +84,8 @@ def test_a_new_record_is_the_hash_layout_earlier_versions_wrote_plus_new_fields(
         "has_people": "1",
         "superseded_by": "01NEWER",
         "superseded": "1",
+        "workspace": "Project Alpha",
+        "wsh": workspace_tag("Project Alpha"),
     }
 
 
@@ -151,7 +155,7 @@ def test_candidates_read_the_search_reply_names() -> None:
 
 def test_reads_ask_for_expiry_first_and_candidates_for_ranking_fields_only() -> None:
     assert RECORD_FIELDS[0] == "expires_at"
-    index_only = {"general", "tagtext", "people", "superseded", "has_people"}
+    index_only = {"general", "tagtext", "people", "superseded", "has_people", "wsh"}
     assert set(RECORD_FIELDS) == set(new_fields(record())) - index_only
     assert CANDIDATE_FIELDS == ("type", "importance", "created_at", "expires_at", "mention_count")
 

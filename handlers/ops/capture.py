@@ -1,0 +1,71 @@
+"""`capture` (PROTOCOL v2, seed 004): the record of one tool run, published by an agent
+runtime after each tool call, stored as its own `trace` memory (never folded by dedup).
+
+The trace is an observation: title `Tool run: <tool>`, narrative the arguments and the
+output (each cut), facts `tool: <tool>` and `error: <bool>`, tags `tool` and the tool's name,
+source `auto`, and the files the arguments name. A plain publish is enough; a request with
+a reply subject gets the `add` reply.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import msgspec
+
+from contracts import limits
+from contracts.messages import AddReply, AddRequest, CaptureRequest, clip
+from contracts.types import TRACE_TYPE
+from handlers.ops.deps import Deps
+from handlers.ops.writes import add
+
+# Arguments whose values name files (seed 004: Coop's file hints).
+FILE_ARGS = ("path", "file", "target", "from", "to")
+_NOT_TAG = re.compile(r"[^a-z0-9_:.-]+")
+_encoder = msgspec.json.Encoder()
+
+
+def tool_tag(tool: str) -> str:
+    """The tool's name as a tag: lower-cased, other characters as `_`, at most 64."""
+    return _NOT_TAG.sub("_", tool.lower()).strip("_")[:64] or "unnamed"
+
+
+def files_named(args: dict[str, Any]) -> list[str]:
+    """The paths the arguments name (a string, or a list of strings, under FILE_ARGS)."""
+    out: list[str] = []
+    for name in FILE_ARGS:
+        value = args.get(name)
+        values = value if isinstance(value, list) else [value]
+        for item in values:
+            if isinstance(item, str) and item and item[: limits.MAX_FILE_CHARS] not in out:
+                out.append(item[: limits.MAX_FILE_CHARS])
+    return out[: limits.MAX_LIST_ITEMS]
+
+
+def narrative(req: CaptureRequest) -> str:
+    args = clip(_encoder.encode(req.args).decode(), limits.CAPTURE_ARGS_BYTES)
+    output = clip(req.output, limits.CAPTURE_OUTPUT_BYTES)
+    return f"Arguments: {args}\nOutput: {output}"
+
+
+async def capture(ns: str, req: CaptureRequest, deps: Deps) -> AddReply:
+    meta: dict[str, Any] = {"tool": req.tool, "error": req.error}
+    if req.duration_ms is not None:
+        meta["duration_ms"] = req.duration_ms
+    trace = AddRequest(
+        type=TRACE_TYPE,
+        title=f"Tool run: {req.tool}",
+        narrative=narrative(req),
+        facts=[f"tool: {req.tool}", f"error: {'true' if req.error else 'false'}"],
+        tags=["tool", tool_tag(req.tool)],
+        source="auto",
+        agent_id=req.agent_id,
+        workflow_id=req.workflow_id,
+        workspace=req.workspace,
+        related_files=files_named(req.args),
+        metadata=meta,
+        dedup="none",
+        context=req.context,
+    )
+    return await add(ns, trace, deps)

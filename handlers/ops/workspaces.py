@@ -1,0 +1,317 @@
+"""Workspaces and states (PROTOCOL v2, seed 002): nine operations with the seed's lean
+replies and its recovery-oriented errors.
+
+A workspace is a named container (its own Redis hash, see `store.spaces`); memories name it
+in their `workspace` field. A state is an immutable save point: a memory of type `state` in
+its workspace, whose name is claimed there forever in the same atomic step as its write.
+So `search` with `types: ["state", "trace"]` and `workspace` is the seed's searchMemory.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from contracts import limits
+from contracts.messages import (
+    WORKSPACE_FIELDS,
+    ArchiveStateRequest,
+    ArchiveWorkspaceRequest,
+    CreateStateRequest,
+    CreateWorkspaceRequest,
+    Event,
+    ListDataReply,
+    ListStatesRequest,
+    ListWorkspacesRequest,
+    LoadStateRequest,
+    LoadWorkspaceRequest,
+    NamedItem,
+    OkReply,
+    State,
+    StateReply,
+    UpdateWorkspaceRequest,
+    Workspace,
+    WorkspaceReply,
+    preview,
+)
+from contracts.subjects import event_subject
+from contracts.types import STATE_TYPE
+from handlers.errors import Conflict, InvalidRequest, NotFound, TooLarge
+from handlers.ops.checks import check_content, check_object, type_config
+from handlers.ops.clock import ms_to_dt
+from handlers.ops.deps import Deps
+from handlers.ops.events import publish_event
+from handlers.ops.history import entry
+from handlers.ops.scoping import storage_workflow
+from handlers.ops.vectors import request_vector
+from handlers.store.ids import new_id
+from handlers.store.record import PERMANENT_MS, Record
+from handlers.store.spaces import NamedEntry, StoredWorkspace
+
+# What a workspace's events are filed under (`mem.<ns>.events._general.workspace.<action>`).
+WORKSPACE_EVENT_TYPE = "workspace"
+_encoder = msgspec.json.Encoder()
+
+
+def workspace_not_found(name: str) -> NotFound:
+    return NotFound(
+        f'Workspace "{name}" not found. Use list_workspaces to see available workspaces.'
+    )
+
+
+def state_not_found(name: str) -> NotFound:
+    return NotFound(f'State "{name}" not found. Use list_states to see available states.')
+
+
+def state_is_immutable(memory_id: str, op: str) -> InvalidRequest:
+    return InvalidRequest(
+        f'Memory "{memory_id}" is a state, and states are immutable: {op} cannot change it.'
+        " Use archive_state to hide it from list_states, or create_state with a new name"
+        " to save a newer state."
+    )
+
+
+def _listed(entries: list[NamedEntry], include_archived: bool) -> ListDataReply:
+    return ListDataReply(
+        data=[
+            NamedItem(name=e.name, description=e.description, is_archived=e.is_archived)
+            for e in entries
+            if include_archived or not e.is_archived
+        ]
+    )
+
+
+async def _workspace_event(deps: Deps, ns: str, action: str, ws: StoredWorkspace) -> None:
+    """Workspaces are not memories, but their changes are announced the same way."""
+    event = Event(
+        action=action,
+        id=ws.name,
+        type=WORKSPACE_EVENT_TYPE,
+        workflow_id=None,
+        agent_id=None,
+        at=ms_to_dt(ws.updated_at),
+        preview=preview(ws.description),
+    )
+    subject = event_subject(ns, None, WORKSPACE_EVENT_TYPE, action)
+    await deps.publish(subject, _encoder.encode(event))
+
+
+# --------------------------------------------------------------------------- workspaces
+
+
+async def create_workspace(ns: str, req: CreateWorkspaceRequest, deps: Deps) -> OkReply:
+    now = deps.clock()
+    ws = StoredWorkspace(
+        name=req.name,
+        description=req.description,
+        root_folder=req.root_folder,
+        purpose=req.purpose,
+        workflows=req.workflows,
+        key_files=req.key_files,
+        preferences=check_object(req.preferences, "preferences", "keep notes in memories"),
+        created_at=now,
+        updated_at=now,
+    )
+    created = await deps.store.spaces.create_workspace(ns, ws)
+    if created == 0:
+        raise Conflict(
+            f'Workspace "{req.name}" already exists. Use list_workspaces to see existing'
+            " workspaces."
+        )
+    if created < 0:
+        raise TooLarge(
+            f"This namespace already holds {limits.MAX_WORKSPACES} workspaces, the most it"
+            " may (archived ones count). Reuse one: list_workspaces shows them."
+        )
+    await _workspace_event(deps, ns, "added", ws)
+    return OkReply()
+
+
+async def list_workspaces(ns: str, req: ListWorkspacesRequest, deps: Deps) -> ListDataReply:
+    return _listed(await deps.store.spaces.workspaces(ns), req.include_archived)
+
+
+async def load_workspace(ns: str, req: LoadWorkspaceRequest, deps: Deps) -> WorkspaceReply:
+    ws = await deps.store.spaces.workspace(ns, req.name)
+    if ws is None:
+        raise workspace_not_found(req.name)
+    return WorkspaceReply(
+        data=Workspace(
+            name=ws.name,
+            description=ws.description,
+            root_folder=ws.root_folder,
+            purpose=ws.purpose,
+            workflows=ws.workflows,
+            key_files=ws.key_files,
+            preferences=msgspec.json.decode(ws.preferences),
+            is_archived=ws.is_archived,
+            created_at=ms_to_dt(ws.created_at),
+            updated_at=ms_to_dt(ws.updated_at),
+        )
+    )
+
+
+async def _change_workspace(ns: str, name: str, fields: dict[str, Any], deps: Deps) -> None:
+    fields["updated_at"] = deps.clock()
+    if not await deps.store.spaces.update_workspace(ns, name, fields):
+        raise workspace_not_found(name)
+    ws = await deps.store.spaces.workspace(ns, name)
+    if ws is not None:
+        await _workspace_event(deps, ns, "updated", ws)
+
+
+async def update_workspace(ns: str, req: UpdateWorkspaceRequest, deps: Deps) -> OkReply:
+    fields = {f: getattr(req, f) for f in WORKSPACE_FIELDS if getattr(req, f) is not None}
+    if "preferences" in fields:
+        fields["preferences"] = check_object(
+            fields["preferences"], "preferences", "keep notes in memories"
+        )
+    await _change_workspace(ns, req.name, fields, deps)
+    return OkReply()
+
+
+async def archive_workspace(ns: str, req: ArchiveWorkspaceRequest, deps: Deps) -> OkReply:
+    await _change_workspace(ns, req.name, {"is_archived": True}, deps)
+    return OkReply()
+
+
+# --------------------------------------------------------------------------- states
+
+
+def state_content(req: CreateStateRequest) -> str:
+    """The searchable text of a state: every field, labelled."""
+    lines = [f"State: {req.name}"]
+    if req.description:
+        lines.append(req.description)
+    lines += [f"Conversation: {req.conversation_context}", f"Active task: {req.active_task}"]
+    if req.active_files:
+        lines.append("Active files: " + ", ".join(req.active_files))
+    if req.next_steps:
+        lines += ["Next steps:", *(f"- {step}" for step in req.next_steps)]
+    return "\n".join(lines)
+
+
+class _StateFields(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """A state's own fields, kept in its memory's `metadata` under `state`."""
+
+    conversation_context: str
+    active_task: str
+    active_files: list[str] = []
+    next_steps: list[str] = []
+    description: str | None = None
+
+
+class _StateMetadata(msgspec.Struct):
+    state: _StateFields
+
+
+_state_metadata = msgspec.json.Decoder(_StateMetadata)
+
+
+async def create_state(ns: str, req: CreateStateRequest, deps: Deps) -> OkReply:
+    cfg = type_config(deps.settings.types, STATE_TYPE)
+    content = state_content(req)
+    try:
+        check_content(content)
+    except TooLarge as exc:
+        raise TooLarge(
+            f"{exc.message} (a state's content is all its texts together: shorten"
+            " `conversation_context`)"
+        ) from None
+    vec = await request_vector(ns, deps, text=content)
+    now = deps.clock()
+    fields = _StateFields(
+        conversation_context=req.conversation_context,
+        active_task=req.active_task,
+        active_files=req.active_files,
+        next_steps=req.next_steps,
+        description=req.description,
+    )
+    rec = Record(
+        id=new_id(now),
+        type=STATE_TYPE,
+        content=content,
+        tags=tuple(req.tags),
+        importance=cfg.importance,
+        workflow_id=storage_workflow(cfg, None, None),
+        created_at=now,
+        updated_at=now,
+        expires_at=now + cfg.ttl_s * 1000 if cfg.ttl_s else PERMANENT_MS,
+        agent_id=req.agent_id,
+        metadata=_encoder.encode(_StateMetadata(fields)).decode(),
+        # Never folded by dedup: two states with the same texts are two save points.
+        content_hash="",
+        session_id=req.context.session_id if req.context else None,
+        title=req.name,
+        related_files=req.active_files,
+        workspace=req.workspace,
+    )
+    added = entry("added", now, req, req.agent_id)
+    outcome = await deps.store.spaces.create_state(
+        ns, req.workspace, req.name, req.description, rec, vec, added
+    )
+    if outcome == "no_workspace":
+        raise workspace_not_found(req.workspace)
+    if outcome == "exists":
+        raise Conflict(
+            f'State "{req.name}" already exists. States are immutable - use a unique name'
+            f' like "{req.name}-v2" or "{req.name}-2024-01".'
+        )
+    if outcome == "full":
+        raise TooLarge(
+            f'Workspace "{req.workspace}" holds the most states it may; create a new'
+            " workspace for more."
+        )
+    await publish_event(deps, ns, "added", rec, now)
+    return OkReply()
+
+
+async def list_states(ns: str, req: ListStatesRequest, deps: Deps) -> ListDataReply:
+    if not await deps.store.spaces.workspace_exists(ns, req.workspace):
+        raise workspace_not_found(req.workspace)
+    return _listed(await deps.store.spaces.states(ns, req.workspace), req.include_archived)
+
+
+async def load_state(ns: str, req: LoadStateRequest, deps: Deps) -> StateReply:
+    claimed = await deps.store.spaces.state(ns, req.workspace, req.name)
+    if claimed is None:
+        if not await deps.store.spaces.workspace_exists(ns, req.workspace):
+            raise workspace_not_found(req.workspace)
+        raise state_not_found(req.name)
+    rec = await deps.store.read(ns, claimed.id, deps.clock())
+    if rec is None:  # its type was configured with a TTL, and it expired
+        raise state_not_found(req.name)
+    fields = _state_metadata.decode(rec.metadata or "{}").state
+    return StateReply(
+        data=State(
+            name=req.name,
+            workspace=req.workspace,
+            conversation_context=fields.conversation_context,
+            active_task=fields.active_task,
+            active_files=fields.active_files,
+            next_steps=fields.next_steps,
+            description=fields.description,
+            tags=list(rec.tags),
+            is_archived=claimed.is_archived,
+            created_at=ms_to_dt(rec.created_at),
+            id=rec.id,
+            agent_id=rec.agent_id,
+            session_id=rec.session_id,
+        )
+    )
+
+
+async def archive_state(ns: str, req: ArchiveStateRequest, deps: Deps) -> OkReply:
+    now = deps.clock()
+    done = entry("updated", now, req, None, {"is_archived": {"old": False, "new": True}})
+    outcome, memory_id = await deps.store.spaces.archive_state(ns, req.workspace, req.name, done)
+    if outcome == "no_workspace":
+        raise workspace_not_found(req.workspace)
+    if outcome == "missing":
+        raise state_not_found(req.name)
+    if memory_id is not None:
+        rec = await deps.store.read(ns, memory_id, now)
+        if rec is not None:
+            await publish_event(deps, ns, "updated", rec, now)
+    return OkReply()

@@ -1,0 +1,219 @@
+"""Workspaces and the names of their states (seed 002), in Redis.
+
+A workspace is one hash (`keys.workspace_key`, each field's value JSON) and a member of the
+namespace's index (a sorted set, by creation time). A state is a memory of type `state`
+(written by the record store); here is only its name's claim: the workspace's states hash
+maps each name to the memory's id, and is never emptied, so a name stays taken forever. The
+archived states are a set of names beside it. Checks and writes that must not race (a name
+taken twice, a state in a missing workspace) are single Lua scripts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Any, Literal, NamedTuple
+
+import msgspec
+import numpy as np
+import redis.asyncio as aioredis
+
+from contracts import limits
+from handlers.store import keys
+from handlers.store.record import PERMANENT_MS, Entry, Record, new_fields
+from handlers.store.resp import text
+from handlers.store.schema import VECTOR_FIELD
+from handlers.store.scripts import (
+    ARCHIVE_STATE_LUA,
+    CREATE_STATE_LUA,
+    CREATE_WORKSPACE_LUA,
+    UPDATE_WORKSPACE_LUA,
+)
+
+Guard = Callable[[], contextlib.AbstractAsyncContextManager[None]]
+
+
+class StoredWorkspace(msgspec.Struct, kw_only=True):
+    """A workspace as stored (times in epoch ms; `preferences` as the writer's JSON text)."""
+
+    name: str
+    description: str
+    root_folder: str
+    purpose: str
+    workflows: list[str] = []
+    key_files: list[str] = []
+    preferences: str = "{}"
+    is_archived: bool = False
+    created_at: int
+    updated_at: int
+
+
+class NamedEntry(NamedTuple):
+    """A workspace or state as a list shows it."""
+
+    name: str
+    description: str | None
+    is_archived: bool
+
+
+class StateName(msgspec.Struct):
+    """What a state's name points at: its memory, and its description (for lists)."""
+
+    id: str
+    description: str | None = None
+
+
+class Claimed(NamedTuple):
+    """A state's name, the memory it names, and whether it is archived."""
+
+    id: str
+    is_archived: bool
+
+
+_encode = msgspec.json.encode
+_state_name = msgspec.json.Decoder(StateName)
+_LISTED = ("name", "description", "is_archived")
+
+
+def _pairs(fields: dict[str, Any]) -> list[Any]:
+    out: list[Any] = []
+    for name, value in fields.items():
+        out += [name, _encode(value)]
+    return out
+
+
+def _decode_workspace(raw: dict[Any, Any]) -> StoredWorkspace:
+    values = {text(k): msgspec.json.decode(v) for k, v in raw.items()}
+    return msgspec.convert(values, StoredWorkspace)
+
+
+StateOutcome = Literal["ok", "no_workspace", "exists", "full"]
+ArchiveOutcome = Literal["no_workspace", "missing", "already", "archived"]
+
+
+class Spaces:
+    """Every Redis read and write of workspaces and state names."""
+
+    def __init__(self, client: aioredis.Redis, guard: Guard) -> None:
+        self.client = client
+        self._guard = guard
+        self._create_workspace = client.register_script(CREATE_WORKSPACE_LUA)
+        self._update_workspace = client.register_script(UPDATE_WORKSPACE_LUA)
+        self._create_state = client.register_script(CREATE_STATE_LUA)
+        self._archive_state = client.register_script(ARCHIVE_STATE_LUA)
+
+    # ------------------------------------------------------------------ workspaces
+
+    async def create_workspace(self, ns: str, ws: StoredWorkspace) -> int:
+        """1: created; 0: the name is taken; -1: the namespace holds the most it may."""
+        fields = msgspec.to_builtins(ws)
+        args = [ws.name, ws.created_at, limits.MAX_WORKSPACES, *_pairs(fields)]
+        workspace_keys = [keys.workspace_key(ns, ws.name), keys.workspace_index(ns)]
+        async with self._guard():
+            return int(await self._create_workspace(keys=workspace_keys, args=args))
+
+    async def update_workspace(self, ns: str, name: str, fields: dict[str, Any]) -> bool:
+        """Set some fields (protocol names, plain values); False when it does not exist."""
+        async with self._guard():
+            done = await self._update_workspace(
+                keys=[keys.workspace_key(ns, name)], args=_pairs(fields)
+            )
+        return bool(done)
+
+    async def workspace(self, ns: str, name: str) -> StoredWorkspace | None:
+        async with self._guard():
+            raw = await self.client.hgetall(keys.workspace_key(ns, name))
+        return _decode_workspace(raw) if raw else None
+
+    async def workspace_exists(self, ns: str, name: str) -> bool:
+        async with self._guard():
+            return bool(await self.client.exists(keys.workspace_key(ns, name)))
+
+    async def workspaces(self, ns: str) -> list[NamedEntry]:
+        """Every workspace, oldest first."""
+        async with self._guard():
+            names = [text(n) for n in await self.client.zrange(keys.workspace_index(ns), 0, -1)]
+            pipe = self.client.pipeline(transaction=False)
+            for name in names:
+                pipe.hmget(keys.workspace_key(ns, name), _LISTED)
+            rows = await pipe.execute() if names else []
+        out = []
+        for row in rows:
+            if row[0] is None:
+                continue
+            name, description, archived = (msgspec.json.decode(v) for v in row)
+            out.append(NamedEntry(name, description, bool(archived)))
+        return out
+
+    # ------------------------------------------------------------------ states
+
+    async def create_state(
+        self,
+        ns: str,
+        workspace: str,
+        name: str,
+        description: str | None,
+        rec: Record,
+        vector: np.ndarray,
+        entry: Entry,
+    ) -> StateOutcome:
+        """Claim the state's name in `workspace` and write its memory `rec`, in one step."""
+        fields = new_fields(rec)
+        fields[VECTOR_FIELD] = vector.astype(np.float32).tobytes()
+        claim = _encode(StateName(id=rec.id, description=description))
+        expires = 0 if rec.expires_at == PERMANENT_MS else rec.expires_at
+        args: list[Any] = [name, claim, expires, _encode(entry), limits.MAX_STATES]
+        for field, value in fields.items():
+            args += [field, value]
+        state_keys = [
+            keys.workspace_key(ns, workspace),
+            keys.states_key(ns, workspace),
+            keys.record_key(ns, rec.id),
+            keys.history_key(ns, rec.id),
+        ]
+        async with self._guard():
+            out = await self._create_state(keys=state_keys, args=args)
+        return text(out)  # type: ignore[return-value]
+
+    async def state(self, ns: str, workspace: str, name: str) -> Claimed | None:
+        """The memory a state's name points at (None: no such state)."""
+        async with self._guard():
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hget(keys.states_key(ns, workspace), name)
+            pipe.sismember(keys.archived_states_key(ns, workspace), name)
+            raw, archived = await pipe.execute()
+        if raw is None:
+            return None
+        return Claimed(_state_name.decode(raw).id, bool(archived))
+
+    async def states(self, ns: str, workspace: str) -> list[NamedEntry]:
+        """Every state of a workspace, oldest first."""
+        async with self._guard():
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hgetall(keys.states_key(ns, workspace))
+            pipe.smembers(keys.archived_states_key(ns, workspace))
+            raw, archived = await pipe.execute()
+        gone = {text(n) for n in archived}
+        named = sorted(
+            ((_state_name.decode(v), text(k)) for k, v in raw.items()), key=lambda p: p[0].id
+        )
+        return [NamedEntry(name, s.description, name in gone) for s, name in named]
+
+    async def archive_state(
+        self, ns: str, workspace: str, name: str, entry: Entry
+    ) -> tuple[ArchiveOutcome, str | None]:
+        """Archive a state; the outcome, and its memory id when it was archived now."""
+        state_keys = [
+            keys.workspace_key(ns, workspace),
+            keys.states_key(ns, workspace),
+            keys.archived_states_key(ns, workspace),
+        ]
+        async with self._guard():
+            out = text(
+                await self._archive_state(
+                    keys=state_keys, args=[name, keys.history_prefix(ns), _encode(entry)]
+                )
+            )
+        if out in ("no_workspace", "missing", "already"):
+            return out, None  # type: ignore[return-value]
+        return "archived", out
