@@ -1,7 +1,9 @@
 """A short demo: two agents in two workflows share a preference and a decision through the
 bus, while a third agent subscribes to the namespace's events and prints them. Then the team
 changes its mind (a decision superseded by a newer one), and an assistant recalls memories
-before two turns of one session: the second turn gets no repeats."""
+before two turns of one session: the second turn gets no repeats. Last, a coding agent works
+in a workspace: it saves a state in one session and loads it in another, its wrapped tools
+leave searchable traces, and the same search runs through the MCP server's tools."""
 
 from __future__ import annotations
 
@@ -9,7 +11,9 @@ import asyncio
 import contextlib
 import uuid
 
-from bus import MemoryBus
+from bus import AgentMemory, Conflict, MemoryBus
+from bus.capture import captured
+from contracts.messages import ScoredMemory
 
 
 async def run_demo(nats_url: str, namespace: str = "demo") -> None:
@@ -24,7 +28,7 @@ async def run_demo(nats_url: str, namespace: str = "demo") -> None:
                 seen += 1
                 where = ev.workflow_id or "general"
                 who = f"{ev.action:<7} {ev.type:<9} in {where:<8} by {ev.agent_id}"
-                print(f"  [observer] {who}: {ev.preview}")
+                print(f"  [observer] {who}: {' '.join(ev.preview.split())}")
                 if seen >= 6:
                     printed.set()
 
@@ -92,8 +96,64 @@ async def run_demo(nats_url: str, namespace: str = "demo") -> None:
                 print(f"    {line}")
             print(f"    left out: {turn.left_out_recalled} already recalled this session")
 
+        await workspace_demo(bus, nats_url)
+
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(printed.wait(), timeout=5)
         follower.cancel()
         await events.close()
         print(f"\n== observer saw {seen} events\n")
+
+
+async def workspace_demo(bus: MemoryBus, nats_url: str) -> None:
+    print("\n== a coding agent saves a state in one session and resumes in another")
+    with contextlib.suppress(Conflict):  # the bus keeps its data between runs
+        await bus.create_workspace(
+            "Demo Shop",
+            description="E-commerce platform rebuild",
+            root_folder="projects/shop",
+            purpose="Rebuild the checkout",
+        )
+    run = uuid.uuid4().hex[:6]
+    monday = bus.agent(workflow_id="wf_shop", agent_id="coder", workspace="Demo Shop",
+                       session_id=f"monday-{run}")  # fmt: skip
+    name = f"Checkout refactor {run}"  # a state's name is unique in its workspace, forever
+    await monday.create_state(
+        name,
+        conversation_context="We moved payment calls behind a PaymentGateway interface.",
+        active_task="Retry failed card payments with backoff",
+        active_files=["shop/payments.py", "shop/gateway.py"],
+        next_steps=["Add an idempotency key", "Test a gateway timeout"],
+    )
+    print(f"  monday: state {name!r} saved")
+
+    @captured(monday)
+    async def read_file(path: str) -> str:
+        return f"# {path}\nclass PaymentGateway: ...  # retries: none yet"
+
+    await read_file("shop/gateway.py")
+    await read_file("shop/payments.py")
+    print("  monday: read_file ran twice (each run captured as a trace)")
+
+    tuesday = bus.agent(workflow_id="wf_shop", agent_id="coder", workspace="Demo Shop",
+                        session_id=f"tuesday-{run}")  # fmt: skip
+    state = await tuesday.load_state(name)
+    print(f"  tuesday: loaded {state.name!r}: {state.active_task}")
+    for step in state.next_steps:
+        print(f"    next: {step}")
+    query = "payment gateway retries"
+    hits = await _traces(tuesday, query)
+    print(f"  tuesday: search {query!r} in states and traces")
+    for h in hits:
+        print(f"    {h.type:<6} {h.title}")
+
+
+async def _traces(mem: AgentMemory, query: str) -> list[ScoredMemory]:
+    """The workspace's states and traces for `query`, once the captures are stored (a
+    capture is published, not awaited)."""
+    for _ in range(50):
+        found = await mem.search(query, types=["state", "trace"], limit=5)
+        if sum(r.type == "trace" for r in found.results) >= 2:
+            break
+        await asyncio.sleep(0.05)
+    return found.results

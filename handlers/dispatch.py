@@ -47,8 +47,14 @@ def check_nesting(body: bytes, max_depth: int = limits.MAX_NESTING) -> None:
 
 
 # How to get a field right, for the errors whose bare message would not say.
+_NAME_HINT = (
+    "is a name: 1 to 128 characters of printable text (spaces allowed), without line breaks"
+    " and without leading or trailing blanks."
+)
 _FIELD_HINTS = {
     "ttl_s": f"ttl_s is whole seconds, 1 to {limits.MAX_TTL_S} (100 years); 0 is permanent.",
+    "name": f"name {_NAME_HINT}",
+    "workspace": f"workspace {_NAME_HINT}",
 }
 
 

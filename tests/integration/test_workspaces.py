@@ -109,7 +109,7 @@ async def test_update_archive_and_restore_a_workspace(bus: MemoryBus) -> None:
 async def test_workspace_names_are_exact_and_checked(bus: MemoryBus) -> None:
     await bus.create_workspace("Alpha", **WS)
     await bus.create_workspace("alpha", **WS)  # another name: names are exact
-    with pytest.raises(InvalidRequest, match="name"):
+    with pytest.raises(InvalidRequest, match="without leading or trailing blanks"):
         await bus.create_workspace(" Alpha", **WS)
     with pytest.raises(InvalidRequest, match="changes nothing"):
         await bus.update_workspace("Alpha")
