@@ -110,6 +110,12 @@ async def add(ns: str, req: AddRequest, deps: Deps) -> AddReply:
         ns, req.workspace
     ):
         raise workspace_not_found(req.workspace)
+    if req.supersedes:
+        # Checked before the write: a state never changes, not even its `superseded_by`.
+        found = await deps.store.types(ns, req.supersedes)
+        for mid, type_ in zip(req.supersedes, found, strict=True):
+            if type_ == STATE_TYPE:
+                raise state_is_immutable(mid, "supersedes")
     content = req.content or ""  # the request composed it from the title when left out
     check_narrative(req.narrative)
     composed = req.title is not None and content == compose_content(

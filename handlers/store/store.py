@@ -369,6 +369,15 @@ class Store:
                     keys=keys.memory_keys(ns, ids), args=[now_ms, "1", RECORD_FIELDS[0]]
                 )
 
+    async def types(self, ns: str, ids: list[str]) -> list[str | None]:
+        """The type of each memory (None where there is no such memory)."""
+        async with self._guard():
+            pipe = self.client.pipeline(transaction=False)
+            for mid in ids:
+                pipe.hget(keys.record_key(ns, mid), "type")
+            raw = await pipe.execute()
+        return [text(t) if t is not None else None for t in raw]
+
     async def vectors(self, ns: str, ids: list[str]) -> dict[str, np.ndarray]:
         """Stored embeddings by id (for candidates that the vector query did not return)."""
         if not ids:

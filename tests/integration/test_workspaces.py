@@ -223,6 +223,7 @@ async def test_states_are_immutable(bus: MemoryBus, alpha: AgentMemory) -> None:
 
     for call in (
         alpha.update(state.id, content="changed"),
+        alpha.add("decision", "Newer plan", supersedes=[state.id]),
         alpha.delete([other.id, state.id]),
         bus.agent().clear_by_type("state", scope="general"),
     ):
@@ -232,7 +233,9 @@ async def test_states_are_immutable(bus: MemoryBus, alpha: AgentMemory) -> None:
     # Nothing half-done: the batch that named a state deleted nothing.
     got = await alpha.get([state.id, other.id])
     assert [m.id for m in got.memories] == [state.id, other.id]
-    assert got.memories[0].content == (await alpha.get([state.id])).memories[0].content
+    assert got.memories[0].superseded_by is None
+    decisions = (await alpha.list(types=["decision"])).memories
+    assert [m.content for m in decisions] == ["Use JWT"]  # the refused add wrote nothing
     with pytest.raises(InvalidRequest, match="create_state"):
         await alpha.add("state", "a state made by hand")
 
