@@ -491,9 +491,18 @@ class AgentMemory:
         return await self._bus.request("search", req, SearchReply)
 
     async def describe(
-        self, *, scope: Literal["both", "workflow", "general"] = "both"
+        self,
+        *,
+        scope: Literal["both", "workflow", "general"] = "both",
+        workspace: str | None = None,
     ) -> DescribeReply:
-        req = DescribeRequest(workflow_id=self._workflow_id, scope=scope, context=self._context)
+        req = _build(
+            DescribeRequest,
+            workflow_id=self._workflow_id,
+            scope=scope,
+            workspace=workspace or self._workspace,
+            context=self._context,
+        )
         return await self._bus.request("describe", req, DescribeReply)
 
     @overload

@@ -218,6 +218,8 @@ class SearchRequest(Request, kw_only=True):
 class DescribeRequest(Request, kw_only=True):
     workflow_id: WorkflowId | None = None
     scope: ReadScope = "both"
+    # Only memories of this workspace (as on `search` and `list`).
+    workspace: Name | None = None
 
 
 class ListRequest(Request, kw_only=True):

@@ -23,7 +23,7 @@ from handlers.store.record import Record, Summary
 
 
 async def describe(ns: str, req: DescribeRequest, deps: Deps) -> DescribeReply:
-    scope = read_scope(req.scope, req.workflow_id)
+    scope = read_scope(req.scope, req.workflow_id, req.workspace)
     meta = await deps.store.meta(ns)
     groups = await deps.store.aggregate(ns, read_filter(deps.clock(), scope))
     by_type: dict[str, int] = {}

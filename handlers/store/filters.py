@@ -42,7 +42,8 @@ class ReadScope:
     @property
     def applied(self) -> str:
         if self.workflow_id is None:
-            return "general"
+            # A whole workspace holds workflow and general memories alike.
+            return "general" if self.general else "both"
         return "both" if self.general else "workflow"
 
 

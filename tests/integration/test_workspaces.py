@@ -278,6 +278,11 @@ async def test_memories_in_a_workspace_and_the_workspace_filter(bus: MemoryBus) 
     listed = await bus.agent().list(workspace="Alpha")
     assert {m.id for m in listed.memories} == {d1.id, d2.id, g.id} and listed.total == 3
 
+    described = await bus.agent().describe(workspace="Alpha")
+    assert (described.total, described.by_type) == (3, {"decision": 2, "knowledge": 1})
+    assert (described.workflow_count, described.general_count) == (2, 1)
+    assert (await a1.describe()).total == 2  # wf_1 and general, in Alpha
+
     # With a workflow: the scope rules, within the workspace.
     mine = await a1.search("deploy", limit=10)
     assert {r.id for r in mine.results} == {d1.id, g.id}
