@@ -8,6 +8,8 @@ from contracts.types import DEFAULT_TYPES
 from handlers.ops.ranking import DAY_MS, overfetch, recency, score, similarity
 from handlers.ops.scoping import read_scope, storage_workflow
 from handlers.settings import RankWeights
+from handlers.store.filters import read_filter
+from handlers.store.record import workspace_tag
 
 GENERAL_TYPE = DEFAULT_TYPES["user_pref"]
 WORKFLOW_TYPE = DEFAULT_TYPES["context"]
@@ -208,3 +210,35 @@ def test_text_match_intersects_each_term_with_the_filter_on_its_own() -> None:
         f"((@content:zebra | @tagtext:zebra) ((@general:{{1}}) {zero}))"
         f" | ((@content:quokka | @tagtext:quokka) ((@general:{{1}}) {zero}))"
     )
+
+
+def test_a_workspace_without_a_workflow_covers_all_of_its_memories() -> None:
+    rs = read_scope("general", None, "Project Alpha")
+    assert (rs.workflow_id, rs.general, rs.workspace, rs.applied) == (
+        None,
+        False,
+        "Project Alpha",
+        "both",
+    )
+    where = str(read_filter(None, rs))
+    assert where == f"@wsh:{{{workspace_tag('Project Alpha')}}}"
+
+
+@pytest.mark.parametrize(
+    ("scope", "inner"),
+    [
+        ("both", "(@wf:{wf_1} | @general:{1})"),
+        ("workflow", "@wf:{wf_1}"),
+        ("general", "@general:{1}"),
+    ],
+)
+def test_with_a_workflow_the_scope_rules_apply_within_the_workspace(scope, inner) -> None:
+    where = str(read_filter(None, read_scope(scope, "wf_1", "Alpha")))
+    assert where == f"(@wsh:{{{workspace_tag('Alpha')}}} {inner})"
+
+
+def test_workspace_tags_are_exact_and_need_no_escaping() -> None:
+    names = ["Alpha", "alpha", "Project Alpha", "a,b|c {x} @y", "Ünïcødé ✓"]
+    tags = [workspace_tag(n) for n in names]
+    assert len(set(tags)) == len(names)
+    assert all(t.isalnum() and t == t.lower() for t in tags)
