@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
 from typing import Any, Literal, TypeVar, overload
@@ -121,15 +122,25 @@ class MemoryBus:
         namespace: str = DEFAULT_NAMESPACE,
         timeout: float = 5.0,
         nc: NatsClient | None = None,
+        connect_within: float = 10.0,
         **nats_options: Any,
     ) -> MemoryBus:
-        """Connect to NATS (or reuse `nc`, which the bus then does not close)."""
+        """Connect to NATS (or reuse `nc`, which the bus then does not close). Once
+        connected, the client reconnects for ever; the first connection must succeed within
+        `connect_within` seconds, else `Unavailable`."""
         if not is_valid_namespace(namespace):
             raise InvalidRequest(f"Namespace {namespace!r} must match [A-Za-z0-9_-]{{1,64}}")
         if nc is not None:
             return cls(nc, namespace, timeout, owns=False)
+        # With unlimited reconnects nats-py also retries the first connect for ever.
         nats_options.setdefault("max_reconnect_attempts", -1)
-        client = await nats.connect(url, **nats_options)
+        try:
+            client = await asyncio.wait_for(nats.connect(url, **nats_options), connect_within)
+        except TimeoutError:
+            raise Unavailable(
+                f"NATS at {url} did not answer within {connect_within}s: start it (make up)"
+                " or point the client at the right server."
+            ) from None
         return cls(client, namespace, timeout, owns=True)
 
     async def close(self) -> None:

@@ -141,3 +141,4 @@ async def test_a_capture_that_cannot_be_sent_never_breaks_the_tool(servers) -> N
             raise KeyError("the tool's own error goes on up")
     with pytest.raises(TypeError, match="async"):
         captured(mem)(lambda: None)  # type: ignore[arg-type]
+

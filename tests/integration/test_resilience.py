@@ -76,3 +76,18 @@ async def test_handler_reconnects_after_nats_restarts(own_stack: EmbeddedStack) 
     added = await mem.add("knowledge", "after the NATS restart")
     assert (await mem.get([added.id])).memories[0].content == "after the NATS restart"
     await bus.close()
+
+
+async def test_connecting_to_a_nats_that_is_not_there_fails_in_time() -> None:
+    import socket
+
+    from bus import Unavailable
+
+    with socket.socket() as s:  # a free port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    with pytest.raises(Unavailable, match="did not answer"):
+        await MemoryBus.connect(f"nats://127.0.0.1:{port}", connect_within=0.5)
+    assert loop.time() - started < 5
