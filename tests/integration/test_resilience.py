@@ -6,6 +6,7 @@ These tests stop servers, so they run on an embedded stack of their own, never t
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
@@ -79,10 +80,6 @@ async def test_handler_reconnects_after_nats_restarts(own_stack: EmbeddedStack) 
 
 
 async def test_connecting_to_a_nats_that_is_not_there_fails_in_time() -> None:
-    import socket
-
-    from bus import Unavailable
-
     with socket.socket() as s:  # a free port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
