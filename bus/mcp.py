@@ -33,6 +33,7 @@ from nats.aio.client import Client as NatsClient
 from nats.errors import Error as NatsError
 
 from bus.client import MemoryBus
+from bus.errors import Unavailable
 from bus.tools import (
     ToolCallError,
     ToolExecutor,
@@ -129,6 +130,7 @@ class Connection:
         self._bus: MemoryBus | None = None
         self._executor: ToolExecutor | None = None
         self._lock = asyncio.Lock()
+        self._closing = False
 
     async def executor(self) -> ToolExecutor | None:
         if self._executor is not None:
@@ -141,21 +143,18 @@ class Connection:
     async def _connect(self) -> None:
         s = self.settings
         try:
-            # MemoryBus.connect retries forever while NATS is down: bound the wait.
-            bus = await asyncio.wait_for(
-                MemoryBus.connect(
-                    s.nats_url,
-                    namespace=s.namespace,
-                    timeout=s.timeout,
-                    name=f"membus-mcp:{s.agent_id or 'agent'}",
-                    connect_timeout=2,
-                    error_cb=_nats_error,
-                    disconnected_cb=_nats_disconnected,
-                    reconnected_cb=_nats_reconnected,
-                ),
-                CONNECT_TIMEOUT_S,
+            bus = await MemoryBus.connect(
+                s.nats_url,
+                namespace=s.namespace,
+                timeout=s.timeout,
+                connect_within=CONNECT_TIMEOUT_S,
+                name=f"membus-mcp:{s.agent_id or 'agent'}",
+                connect_timeout=2,
+                error_cb=_nats_error,
+                disconnected_cb=self._disconnected,
+                reconnected_cb=_nats_reconnected,
             )
-        except (TimeoutError, OSError, NatsError) as exc:
+        except (Unavailable, OSError, NatsError) as exc:
             log.warning("nats.unreachable", url=s.nats_url, error=type(exc).__name__)
             return
         self._bus = bus
@@ -180,7 +179,12 @@ class Connection:
             },
         )
 
+    async def _disconnected(self) -> None:
+        if not self._closing:  # our own close is no news
+            log.warning("nats.disconnected")
+
     async def close(self) -> None:
+        self._closing = True
         if self._bus is not None:
             await self._bus.close()
             self._bus = self._executor = None
@@ -188,10 +192,6 @@ class Connection:
 
 async def _nats_error(exc: Exception) -> None:
     log.warning("nats.error", error=f"{type(exc).__name__}: {exc}")
-
-
-async def _nats_disconnected() -> None:
-    log.warning("nats.disconnected")
 
 
 async def _nats_reconnected() -> None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import sys
 import uuid
 
 from bus import AgentMemory, Conflict, MemoryBus
@@ -146,6 +148,41 @@ async def workspace_demo(bus: MemoryBus, nats_url: str) -> None:
     print(f"  tuesday: search {query!r} in states and traces")
     for h in hits:
         print(f"    {h.type:<6} {h.title}")
+    await mcp_demo(nats_url, bus.namespace, query)
+
+
+async def mcp_demo(nats_url: str, namespace: str, query: str) -> None:
+    """The same search through the MCP server's tools, as an MCP client (an IDE, a desktop
+    assistant) would make it: `python -m bus.mcp` over stdio, identity from its env."""
+    print("\n== the same search through the MCP server (python -m bus.mcp, stdio)")
+    try:
+        from mcp import Client
+        from mcp.client.stdio import StdioServerParameters
+    except ImportError:
+        print("  (skipped: install the `mcp` extra)")
+        return
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "bus.mcp"],
+        env={
+            "MEMBUS_NATS_URL": nats_url,
+            "MEMBUS_NAMESPACE": namespace,
+            "MEMBUS_WORKFLOW_ID": "wf_shop",
+            "MEMBUS_WORKSPACE": "Demo Shop",
+            "MEMBUS_AGENT_ID": "ide-assistant",
+            "MEMBUS_LOG_LEVEL": "warning",
+        },
+    )
+    async with Client(params, read_timeout_seconds=30) as client:
+        tools = await client.list_tools()
+        print(f"  {len(tools.tools)} tools: {', '.join(t.name for t in tools.tools[:5])}, ...")
+        args = {"query": query, "types": ["state", "trace"], "limit": 5}
+        result = await client.call_tool("memory_search", args)
+    block = result.content[0]
+    reply = json.loads(getattr(block, "text", "{}"))
+    print(f"  memory_search {json.dumps(args)}")
+    for r in reply.get("results", []):
+        print(f"    {r['type']:<6} {r.get('title')}  (score {r['score']:.3f})")
 
 
 async def _traces(mem: AgentMemory, query: str) -> list[ScoredMemory]:

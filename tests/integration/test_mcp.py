@@ -4,6 +4,7 @@ the test NATS server and the handler processes, in a fresh namespace."""
 from __future__ import annotations
 
 import json
+import socket
 import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -145,3 +146,15 @@ async def test_a_workspace_and_a_state_round_trip_through_the_configured_workspa
     assert direct.conversation_context == state["conversation_context"]
     (todo,) = (await memory.agent().get([noted["id"]])).memories
     assert (todo.workspace, todo.workflow_id, todo.agent_id) == (workspace, "wf_mcp", "mcp-agent")
+
+
+async def test_the_server_starts_and_answers_while_nats_is_down(mcp_client: Connect) -> None:
+    with socket.socket() as s:  # a free port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"nats://127.0.0.1:{s.getsockname()[1]}"
+    async with mcp_client(MEMBUS_NATS_URL=dead) as client:
+        assert len((await client.list_tools()).tools) == 19
+        down = await tool(client, "memory_search", {"query": "anything"})
+        mistake = await tool(client, "memory_search", {"query": "x", "colour": "red"})
+    assert down["code"] == "unavailable" and "Retry" in down["error"]
+    assert mistake["code"] == "invalid_request" and "colour" in mistake["error"]
