@@ -33,7 +33,7 @@ log = structlog.get_logger("membus.capture")
 
 P = ParamSpec("P")
 T = TypeVar("T")
-# A string argument longer than this is cut before it is sent (the trace keeps 8 KiB of
+# A string argument longer than this is cut before it is sent (the trace keeps 2 KiB of
 # arguments in all, so more would only cost bandwidth).
 _ARG_BYTES = limits.CAPTURE_ARGS_BYTES
 

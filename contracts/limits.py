@@ -55,4 +55,4 @@ MAX_STATES = 10_000
 # Capture of tool runs: the tool's name, and how much of its output and arguments a trace keeps.
 MAX_TOOL_CHARS = 128
 CAPTURE_OUTPUT_BYTES = 2 * 1024
-CAPTURE_ARGS_BYTES = 8 * 1024
+CAPTURE_ARGS_BYTES = 2 * 1024

@@ -15,11 +15,14 @@ import msgspec
 
 from contracts import limits
 from contracts.subjects import WORKFLOW_ID_PATTERN
-from contracts.types import TYPE_NAME_PATTERN
+from contracts.types import STATE_TYPE, TYPE_NAME_PATTERN
 
 TAG_PATTERN = r"^[a-z0-9_:.-]{1,64}\Z"
-# A workspace or state name: any printable text, without leading or trailing blanks.
-NAME_PATTERN = r"^[^\x00-\x1f\x7f\s](?:[^\x00-\x1f\x7f]*[^\x00-\x1f\x7f\s])?\Z"
+# A workspace or state name: printable text without leading or trailing blanks: no control
+# characters, line or paragraph separators, or invisible format characters (zero-width
+# spaces, direction marks, BOM), so that two names that look alike are alike.
+_HIDDEN = "\\x00-\\x1f\\x7f-\\x9f\\u200b-\\u200f\\u2028-\\u202e\\u2060-\\u206f\\ufeff"
+NAME_PATTERN = rf"^[^{_HIDDEN}\s](?:[^{_HIDDEN}]*[^{_HIDDEN}\s])?\Z"
 SESSION_ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,128}\Z"
 _TAG_RE = re.compile(TAG_PATTERN)
 
@@ -330,6 +333,11 @@ class ClearByTypeRequest(Request, kw_only=True):
     scope: StoreScope = "workflow"
 
     def __post_init__(self) -> None:
+        if self.type == STATE_TYPE:
+            raise ValueError(
+                "States are immutable: clear_by_type cannot delete them. Use archive_state to"
+                " hide a state from list_states."
+            )
         if self.scope == "workflow" and self.workflow_id is None:
             raise ValueError(
                 "clear_by_type deletes in bulk, so it never guesses: give a `workflow_id`"
@@ -445,6 +453,11 @@ class CaptureRequest(Request, kw_only=True):
     workflow_id: WorkflowId | None = None
     workspace: Name | None = None
     duration_ms: Annotated[float, msgspec.Meta(ge=0.0)] | None = None
+
+    def __post_init__(self) -> None:
+        self.tool = self.tool.strip()
+        if not self.tool:
+            raise ValueError("`tool` is blank: give the name of the tool that ran")
 
 
 REQUEST_TYPES: dict[str, type[Request]] = {
@@ -703,8 +716,9 @@ class NamedItem(msgspec.Struct, kw_only=True, omit_defaults=True):
     """One workspace or state of a list."""
 
     name: str
-    description: str | None = None
-    # Only listed when true (with `include_archived`).
+    # Always sent (null for a state saved without one).
+    description: str | None
+    # Only sent, and true, for an archived item (listed with `include_archived`).
     is_archived: bool = False
 
 
@@ -765,6 +779,8 @@ class Event(msgspec.Struct, kw_only=True):
     agent_id: str | None
     at: datetime
     preview: str
+    # The memory's workspace (absent when it has none).
+    workspace: str | msgspec.UnsetType = msgspec.UNSET
 
 
 ERROR_CODES: tuple[str, ...] = (

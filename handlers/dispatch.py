@@ -12,7 +12,7 @@ import msgspec
 import structlog
 
 from contracts import limits
-from contracts.messages import REQUEST_TYPES, Context, ErrorReply, Request
+from contracts.messages import NAME_PATTERN, REQUEST_TYPES, Context, ErrorReply, Request
 from contracts.subjects import NAMESPACE_PATTERN, is_valid_namespace, parse_request_subject
 from handlers.errors import HandlerError, InvalidRequest, TooLarge
 from handlers.fit import fitted
@@ -40,7 +40,8 @@ def check_nesting(body: bytes, max_depth: int = limits.MAX_NESTING) -> None:
             depth += 1
             if depth > max_depth:
                 raise InvalidRequest(
-                    f"The request nests deeper than {max_depth} levels; flatten `metadata`."
+                    f"The request nests deeper than {max_depth} levels; flatten its free-form"
+                    " objects (`metadata`, `preferences`, `args`)."
                 )
         else:
             depth -= 1
@@ -81,6 +82,8 @@ def _explain(op: str, exc: msgspec.ValidationError) -> str:
         close = difflib.get_close_matches(name, fields, n=1)
         hint = f' Did you mean "{close[0]}"?' if close else ""
         return f'Unknown field "{name}" in {where}.{hint} Known fields: {", ".join(fields)}.'
+    # A name's regex says nothing to a reader; the hint below says it in words.
+    text = text.replace(f"`str` matching regex {NAME_PATTERN!r}", "a name")
     message = f"Invalid {op} request: {text}."
     if match := _FIELD_PATH_RE.search(text):
         name = match.group(1)
@@ -114,7 +117,10 @@ def decode_request(op: str, body: bytes) -> Request:
             " Send one UTF-8 JSON object."
         ) from None
     except RecursionError:
-        raise InvalidRequest("The request nests too deeply; flatten `metadata`.") from None
+        raise InvalidRequest(
+            "The request nests too deeply; flatten its free-form objects (`metadata`,"
+            " `preferences`, `args`)."
+        ) from None
 
 
 def _result_count(reply: msgspec.Struct) -> int | None:

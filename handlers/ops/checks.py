@@ -3,6 +3,7 @@ metadata sizes measured the way the store keeps them."""
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable
 
 import msgspec
@@ -18,7 +19,11 @@ _encoder = msgspec.json.Encoder()
 def type_config(types: TypeTable, name: str) -> TypeConfig:
     cfg = types.get(name)
     if cfg is None:
-        raise InvalidRequest(f'Unknown memory type "{name}". Known types: {", ".join(types)}.')
+        close = difflib.get_close_matches(name, types, n=1)
+        hint = f' Did you mean "{close[0]}"?' if close else ""
+        raise InvalidRequest(
+            f'Unknown memory type "{name}".{hint} Known types: {", ".join(types)}.'
+        )
     return cfg
 
 

@@ -28,6 +28,7 @@ async def publish_event(
         agent_id=agent_id or rec.agent_id,
         at=ms_to_dt(at_ms),
         preview=preview(rec.content),
+        workspace=rec.workspace if rec.workspace is not None else msgspec.UNSET,
     )
     subject = event_subject(ns, rec.workflow_id, rec.type, action)
     await deps.publish(subject, _encoder.encode(event))

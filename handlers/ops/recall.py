@@ -115,6 +115,7 @@ async def _candidates(ns: str, req: RecallRequest, deps: Deps, now: int) -> list
         people=req.people,
         limit=SEARCH_TOP,
         include_superseded=req.include_superseded,
+        workspace=req.workspace,
     )
     # Path 1 as a vector query over its filter: the cosine of each comes with it.
     scoped = read_filter(

@@ -153,12 +153,13 @@ async def load_workspace(ns: str, req: LoadWorkspaceRequest, deps: Deps) -> Work
 
 
 async def _change_workspace(ns: str, name: str, fields: dict[str, Any], deps: Deps) -> None:
-    fields["updated_at"] = deps.clock()
-    if not await deps.store.spaces.update_workspace(ns, name, fields):
+    outcome = await deps.store.spaces.update_workspace(ns, name, fields, deps.clock())
+    if outcome == "missing":
         raise workspace_not_found(name)
-    ws = await deps.store.spaces.workspace(ns, name)
-    if ws is not None:
-        await _workspace_event(deps, ns, "updated", ws)
+    if outcome == "changed":  # a write that changes nothing is no event
+        ws = await deps.store.spaces.workspace(ns, name)
+        if ws is not None:
+            await _workspace_event(deps, ns, "updated", ws)
 
 
 async def update_workspace(ns: str, req: UpdateWorkspaceRequest, deps: Deps) -> OkReply:

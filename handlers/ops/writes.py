@@ -43,10 +43,12 @@ def content_hash(
     content: str,
     title: str | None = None,
     facts: list[str] | tuple[str, ...] = (),
+    workspace: str | None = None,
 ) -> str:
     """Exact-dedup key: the normalised content (case and runs of whitespace ignored) within
-    one type and one scope (a workflow, or general). An observation (one with a `title`) is
-    the same when its title and facts are, whatever its narrative says."""
+    one type and one scope (a workflow, or general) and one workspace (or none). An
+    observation (one with a `title`) is the same when its title and facts are, whatever its
+    narrative says."""
     if title is not None:
         # The facts as a set: the same facts in another order are the same observation.
         parts = [" ".join(part.lower().split()) for part in (title, *facts)]
@@ -54,7 +56,9 @@ def content_hash(
         normal = f"title\0{normal}"  # never equal to a plain content's key
     else:
         normal = " ".join(content.lower().split())
-    raw = f"{type_}\0{workflow_id or ''}\0{normal}".encode()
+    # Outside any workspace the key is what it was before workspaces existed.
+    where = f"{workflow_id or ''}" + ("" if workspace is None else f"\0ws\0{workspace}")
+    raw = f"{type_}\0{where}\0{normal}".encode()
     return hashlib.sha256(raw).hexdigest()[:32]
 
 
@@ -85,7 +89,9 @@ async def _near_duplicate(
     """Count a mention of the closest live, current memory of the same type and scope, if it
     is at least the threshold similar; that memory after the mention."""
     threshold = req.dedup_threshold or deps.settings.dedup_threshold
-    scope = ReadScope(workflow_id=workflow_id, general=workflow_id is None)
+    scope = ReadScope(
+        workflow_id=workflow_id, general=workflow_id is None, workspace=req.workspace
+    )
     where = read_filter(None, scope, types=[req.type], current=True)
     now = deps.clock()
     for cand in await deps.store.knn(ns, vec, where, 3):
@@ -93,7 +99,10 @@ async def _near_duplicate(
             continue
         if similarity(cand.distance or 0.0) < threshold:
             return None
-        rec = await deps.store.mention(ns, cand.id, now, entry("mentioned", now, req, req.agent_id))
+        mentioned = entry("mentioned", now, req, req.agent_id)
+        # Without a workspace the filter cannot exclude other workspaces' memories: the
+        # mention checks that the candidate has none either.
+        rec = await deps.store.mention(ns, cand.id, now, mentioned, req.workspace)
         if rec is not None:
             return rec
     return None
@@ -129,7 +138,7 @@ async def add(ns: str, req: AddRequest, deps: Deps) -> AddReply:
     chash = (
         ""
         if req.dedup == "none"
-        else content_hash(req.type, workflow_id, content, req.title, req.facts)
+        else content_hash(req.type, workflow_id, content, req.title, req.facts, req.workspace)
     )
     rec = Record(
         id=new_id(now),
@@ -212,7 +221,9 @@ async def update(ns: str, req: UpdateRequest, deps: Deps) -> UpdateReply:
         vec = await request_vector(ns, deps, text=req.content)
         new = msgspec.structs.replace(new, content=req.content)
         if old.content_hash:  # a memory added with dedup "none" stays out of dedup
-            chash = content_hash(old.type, old.workflow_id, req.content, old.title, old.facts)
+            chash = content_hash(
+                old.type, old.workflow_id, req.content, old.title, old.facts, old.workspace
+            )
             new = msgspec.structs.replace(new, content_hash=chash)
     if req.tags is not None:
         new = msgspec.structs.replace(new, tags=tuple(req.tags))

@@ -148,13 +148,15 @@ return false
     follow=True,
 )
 
-# Count one more mention of a live memory (a near-duplicate add). KEYS: record, history.
-# ARGV: now, the history entry, then the fields to return. Returns false when the memory is
-# gone, else its field values after the mention.
+# Count one more mention of a live memory (a near-duplicate add) in the given workspace.
+# KEYS: record, history. ARGV: now, the history entry, the workspace ('' for none), then the
+# fields to return. Returns false when the memory is gone or in another workspace, else its
+# field values after the mention.
 MENTION_LUA = _script(
     """
-local f = redis.call('HMGET', KEYS[1], '$expires_at', '$id')
+local f = redis.call('HMGET', KEYS[1], '$expires_at', '$id', '$workspace')
 if not f[2] or tonumber(f[1]) <= tonumber(ARGV[1]) then return false end
+if (f[3] or '') ~= ARGV[3] then return false end
 local count = redis.call('HINCRBY', KEYS[1], '$mention_count', 1)
 redis.call('HSET', KEYS[1], '$updated_at', ARGV[1])
 local entry = cjson.decode(ARGV[2])
@@ -163,7 +165,7 @@ entry['changes'] = {mention_count = {old = count - 1, new = count}}
 redis.call('RPUSH', KEYS[2], cjson.encode(entry))
 follow(KEYS[2], KEYS[1])
 local fields = {}
-for j = 3, #ARGV do fields[#fields + 1] = ARGV[j] end
+for j = 4, #ARGV do fields[#fields + 1] = ARGV[j] end
 return redis.call('HMGET', KEYS[1], unpack(fields))
 """,
     follow=True,
@@ -248,11 +250,22 @@ redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
 return 1
 """
 
-# Set fields of an existing workspace. KEYS: the workspace. ARGV: field/value pairs.
-# Returns 0 when it does not exist.
+# Set fields of an existing workspace, and its `updated_at` when one of them changed.
+# KEYS: the workspace. ARGV: updated_at, then field/value pairs (values JSON, as stored).
+# Returns 0 (no such workspace), 1 (changed) or 2 (every field had that value already).
 UPDATE_WORKSPACE_LUA = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-redis.call('HSET', KEYS[1], unpack(ARGV))
+local changed = {}
+for j = 2, #ARGV, 2 do
+  if redis.call('HGET', KEYS[1], ARGV[j]) ~= ARGV[j + 1] then
+    changed[#changed + 1] = ARGV[j]
+    changed[#changed + 1] = ARGV[j + 1]
+  end
+end
+if #changed == 0 then return 2 end
+changed[#changed + 1] = 'updated_at'
+changed[#changed + 1] = ARGV[1]
+redis.call('HSET', KEYS[1], unpack(changed))
 return 1
 """
 

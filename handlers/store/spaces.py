@@ -112,13 +112,15 @@ class Spaces:
         async with self._guard():
             return int(await self._create_workspace(keys=workspace_keys, args=args))
 
-    async def update_workspace(self, ns: str, name: str, fields: dict[str, Any]) -> bool:
-        """Set some fields (protocol names, plain values); False when it does not exist."""
+    async def update_workspace(
+        self, ns: str, name: str, fields: dict[str, Any], now_ms: int
+    ) -> Literal["missing", "changed", "same"]:
+        """Set some fields (protocol names, plain values), and `updated_at` when one of
+        them changed."""
+        args = [_encode(now_ms), *_pairs(fields)]
         async with self._guard():
-            done = await self._update_workspace(
-                keys=[keys.workspace_key(ns, name)], args=_pairs(fields)
-            )
-        return bool(done)
+            done = await self._update_workspace(keys=[keys.workspace_key(ns, name)], args=args)
+        return ("missing", "changed", "same")[int(done)]
 
     async def workspace(self, ns: str, name: str) -> StoredWorkspace | None:
         async with self._guard():

@@ -185,13 +185,15 @@ class Store:
             )
         return _record(RECORD_FIELDS, out) if out else None
 
-    async def mention(self, ns: str, memory_id: str, now_ms: int, entry: Entry) -> Record | None:
-        """Count one more mention of a live memory; the memory after it, or None if gone."""
+    async def mention(
+        self, ns: str, memory_id: str, now_ms: int, entry: Entry, workspace: str | None
+    ) -> Record | None:
+        """Count one more mention of a live memory in `workspace` (None: in none); the memory
+        after it, or None if it is gone or in another workspace."""
         memory_keys = [keys.record_key(ns, memory_id), keys.history_key(ns, memory_id)]
+        args: list[Any] = [now_ms, _entry(entry), workspace or "", *RECORD_FIELDS]
         async with self._guard():
-            out = await self._mention(
-                keys=memory_keys, args=[now_ms, _entry(entry), *RECORD_FIELDS]
-            )
+            out = await self._mention(keys=memory_keys, args=args)
         return _record(RECORD_FIELDS, out) if out else None
 
     async def update(

@@ -55,12 +55,30 @@ async def test_every_run_is_its_own_trace_and_long_output_is_cut(bus: MemoryBus)
     second = await mem.capture("ls", args={"path": "."}, output="a b c")
     assert first.id != second.id and second.duplicate_of is None  # never folded by dedup
 
+    big = await mem.capture("write", args={"content": "B" * 6000}, output="ok")
+    [written] = (await mem.get([big.id])).memories
+    assert written.narrative is not None
+    args_text = written.narrative.split("\nOutput: ")[0].removeprefix("Arguments: ")
+    assert len(args_text.split("...", 1)[0].encode()) <= 2048 and "more bytes cut" in args_text
+
     failed = await mem.capture("build", output="é" * 5000, error=True)
     [trace] = (await mem.get([failed.id])).memories
     assert trace.facts == ["tool: build", "error: true"]
     assert trace.narrative is not None and "more bytes cut" in trace.narrative
     kept = trace.narrative.split("Output: ", 1)[1]
     assert len(kept.split("...", 1)[0].encode()) <= 2048
+
+
+async def test_the_tool_name_is_trimmed_and_never_blank(bus: MemoryBus) -> None:
+    mem = bus.agent()
+    reply = await mem.capture("  grep\n", args={})
+    [trace] = (await mem.get([reply.id])).memories
+    assert trace.title == "Tool run: grep" and trace.tags == ["tool", "grep"]
+    blank = await bus.nc.request(
+        request_subject(bus.namespace, "capture"), b'{"tool": " \\n "}', timeout=5
+    )
+    body = msgspec.json.decode(blank.data)
+    assert body["code"] == "invalid_request" and "blank" in body["error"]
 
 
 async def test_a_capture_in_a_workspace_needs_the_workspace(bus: MemoryBus) -> None:

@@ -7,6 +7,7 @@ import asyncio
 import msgspec
 import pytest
 from nats.aio.client import Client as NatsClient
+from nats.errors import TimeoutError as NatsTimeoutError
 
 from bus import AgentMemory, Conflict, InvalidRequest, MemoryBus, NotFound
 from contracts.subjects import request_subject
@@ -263,6 +264,7 @@ async def test_memories_in_a_workspace_and_the_workspace_filter(bus: MemoryBus) 
     b1 = bus.agent(workflow_id="wf_1", workspace="Beta")
     plain = bus.agent(workflow_id="wf_1")
 
+    outside = await plain.add("knowledge", "deploy notes kept outside every workspace")
     d1 = await a1.add("decision", "deploy on fridays is banned")
     d2 = await a2.add("decision", "deploy with blue green")
     g = await a1.add("knowledge", "deploy scripts live in ops/")
@@ -289,9 +291,15 @@ async def test_memories_in_a_workspace_and_the_workspace_filter(bus: MemoryBus) 
     assert {r.id for r in (await a1.search("deploy", scope="general")).results} == {g.id}
     assert {m.id for m in (await a1.list(scope="workflow")).memories} == {d1.id}
 
-    recalled = await bus.agent(workspace="Alpha").recall("deploy", session_id="s1")
-    assert {r.id for r in recalled.results} <= {d1.id, d2.id, g.id}
-    assert recalled.results
+    # Both of recall's paths stay in the workspace (path 1 is off here: only the search).
+    for who in (bus.agent(workspace="Alpha"), a1):
+        recalled = await who.recall(
+            "deploy", session_id=f"s-{who.workflow_id}", recent_s=0, min_importance=1.0
+        )
+        assert recalled.results and all(r.path == "semantic" for r in recalled.results)
+        assert {r.id for r in recalled.results} <= {d1.id, d2.id, g.id}
+        assert outside.id not in {r.id for r in recalled.results}
+
 
 
 async def test_search_memory_the_seed_way(bus: MemoryBus, alpha: AgentMemory) -> None:
@@ -353,3 +361,73 @@ async def test_two_handlers_creating_one_name_leave_one(transport: str, bus: Mem
     assert [s.name for s in (await mem.list_states()).data] == ["Checkpoint"]
     found = await mem.list(types=["state"])
     assert found.total == 1
+
+
+async def test_dedup_stays_within_a_workspace(bus: MemoryBus) -> None:
+    await bus.create_workspace("A", **WS)
+    await bus.create_workspace("B", **WS)
+    mem = bus.agent()
+    first = await mem.add("knowledge", "The API uses JWT", workspace="A")
+    again = await mem.add("knowledge", "the API  uses JWT", workspace="A")
+    other = await mem.add("knowledge", "The API uses JWT", workspace="B")
+    nowhere = await mem.add("knowledge", "The API uses JWT")
+    assert again.duplicate_of == first.id and again.mention_count == 2
+    assert len({first.id, other.id, nowhere.id}) == 3 and other.duplicate_of is None
+    near = await mem.add("knowledge", "The API uses JWT!", workspace="B", dedup="semantic")
+    assert near.duplicate_of == other.id
+    loose = await mem.add("knowledge", "The API uses JWT!!", dedup="semantic")
+    assert loose.duplicate_of == nowhere.id
+    for ws, expected in (("A", first.id), ("B", other.id)):
+        found = await bus.agent().list(workspace=ws)
+        assert [m.id for m in found.memories] == [expected]
+
+
+async def test_a_write_that_changes_nothing_is_no_event(bus: MemoryBus, nc: NatsClient) -> None:
+    await bus.create_workspace("Alpha", **WS)
+    before = await bus.load_workspace("Alpha")
+    sub = await nc.subscribe(f"mem.{bus.namespace}.events._general.workspace.>")
+    await bus.update_workspace("Alpha", purpose=WS["purpose"])  # the same value
+    await bus.archive_workspace("Alpha")
+    await bus.archive_workspace("Alpha")  # already archived
+    events = [msgspec.json.decode((await sub.next_msg(timeout=5)).data)]
+    with pytest.raises(NatsTimeoutError):
+        await sub.next_msg(timeout=0.3)
+    await sub.unsubscribe()
+    assert [(e["action"], e["id"]) for e in events] == [("updated", "Alpha")]
+    after = await bus.load_workspace("Alpha")
+    assert after.is_archived and after.updated_at > before.updated_at
+    await bus.update_workspace("Alpha", purpose=WS["purpose"])
+    assert (await bus.load_workspace("Alpha")).updated_at == after.updated_at
+
+
+async def test_lists_always_send_the_description(bus: MemoryBus, alpha: AgentMemory) -> None:
+    await alpha.create_state("Plain", **STATE)
+    await alpha.create_state("Described", **STATE, description="why")
+    await alpha.archive_state("Described")
+    reply = await raw(
+        bus, "list_states", {"workspace": "Project Alpha", "include_archived": True}
+    )
+    assert reply == {
+        "success": True,
+        "data": [
+            {"name": "Plain", "description": None},
+            {"name": "Described", "description": "why", "is_archived": True},
+        ],
+    }
+
+
+@pytest.mark.parametrize(
+    "name", ["a\u2028b", "W\ufeff", "x\u200by", "tab\there", "\u00a0lead", "x" * 129, ""]
+)
+async def test_names_hold_no_invisible_or_blank_edges(bus: MemoryBus, name: str) -> None:
+    reply = await raw(bus, "create_workspace", {"name": name, **WS})
+    assert reply["code"] == "invalid_request"
+    assert "regex" not in str(reply["error"]) and "name" in str(reply["error"])
+    assert (await bus.list_workspaces()).data == []
+
+
+async def test_clearing_states_says_why_first(bus: MemoryBus) -> None:
+    reply = await raw(bus, "clear_by_type", {"type": "state"})
+    assert reply["code"] == "invalid_request" and "immutable" in str(reply["error"])
+    typo = await raw(bus, "search", {"query": "x", "types": ["states"]})
+    assert 'Did you mean "state"?' in str(typo["error"])
