@@ -29,3 +29,8 @@ def dt_to_ms(dt: datetime) -> int:
 def expiry_dt(expires_ms: int) -> datetime | None:
     """A record's expiry as the protocol shows it: null for a permanent memory."""
     return None if expires_ms >= PERMANENT_MS else ms_to_dt(expires_ms)
+
+
+def expires_ms(now: int, ttl_s: int | None) -> int:
+    """When a memory written now with this TTL expires (PERMANENT_MS: never; 0 or None)."""
+    return now + ttl_s * 1000 if ttl_s else PERMANENT_MS

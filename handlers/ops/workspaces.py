@@ -39,14 +39,14 @@ from contracts.subjects import event_subject
 from contracts.types import STATE_TYPE
 from handlers.errors import Conflict, InvalidRequest, NotFound, TooLarge
 from handlers.ops.checks import check_content, check_object, type_config
-from handlers.ops.clock import ms_to_dt
+from handlers.ops.clock import expires_ms, ms_to_dt
 from handlers.ops.deps import Deps
 from handlers.ops.events import publish_event
 from handlers.ops.history import entry
 from handlers.ops.scoping import storage_workflow
 from handlers.ops.vectors import request_vector
 from handlers.store.ids import new_id
-from handlers.store.record import PERMANENT_MS, Record
+from handlers.store.record import Record
 from handlers.store.spaces import NamedEntry, StoredWorkspace
 
 # What a workspace's events are filed under (`mem.<ns>.events._general.workspace.<action>`).
@@ -238,7 +238,7 @@ async def create_state(ns: str, req: CreateStateRequest, deps: Deps) -> OkReply:
         workflow_id=storage_workflow(cfg, None, None),
         created_at=now,
         updated_at=now,
-        expires_at=now + cfg.ttl_s * 1000 if cfg.ttl_s else PERMANENT_MS,
+        expires_at=expires_ms(now, cfg.ttl_s),
         agent_id=req.agent_id,
         metadata=_encoder.encode(_StateMetadata(fields)).decode(),
         # Never folded by dedup: two states with the same texts are two save points.

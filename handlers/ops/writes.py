@@ -21,7 +21,7 @@ from contracts.messages import (
 from contracts.types import STATE_TYPE
 from handlers.errors import InvalidRequest, NotFound
 from handlers.ops.checks import check_content, check_metadata, check_narrative, type_config
-from handlers.ops.clock import expiry_dt, ms_to_dt
+from handlers.ops.clock import expires_ms, expiry_dt, ms_to_dt
 from handlers.ops.deps import Deps
 from handlers.ops.events import publish_event
 from handlers.ops.history import entry, update_changes
@@ -31,7 +31,7 @@ from handlers.ops.vectors import request_vector
 from handlers.ops.workspaces import state_is_immutable, workspace_not_found
 from handlers.store.filters import ReadScope, read_filter
 from handlers.store.ids import new_id
-from handlers.store.record import PERMANENT_MS, Record
+from handlers.store.record import Record
 from handlers.store.store import Immutable
 
 CLEAR_BATCH = 500
@@ -60,10 +60,6 @@ def content_hash(
     where = f"{workflow_id or ''}" + ("" if workspace is None else f"\0ws\0{workspace}")
     raw = f"{type_}\0{where}\0{normal}".encode()
     return hashlib.sha256(raw).hexdigest()[:32]
-
-
-def _expires(now: int, ttl_s: int | None) -> int:
-    return now + ttl_s * 1000 if ttl_s else PERMANENT_MS
 
 
 def _added(rec: Record, repeated: bool = False) -> AddReply:
@@ -149,7 +145,7 @@ async def add(ns: str, req: AddRequest, deps: Deps) -> AddReply:
         workflow_id=workflow_id,
         created_at=now,
         updated_at=now,
-        expires_at=_expires(now, cfg.ttl_s if req.ttl_s is None else req.ttl_s),
+        expires_at=expires_ms(now, cfg.ttl_s if req.ttl_s is None else req.ttl_s),
         agent_id=req.agent_id,
         source=req.source,
         metadata=metadata,
@@ -230,7 +226,7 @@ async def update(ns: str, req: UpdateRequest, deps: Deps) -> UpdateReply:
     if req.importance is not None:
         new = msgspec.structs.replace(new, importance=req.importance)
     if req.ttl_s is not None:
-        new = msgspec.structs.replace(new, expires_at=_expires(now, req.ttl_s))
+        new = msgspec.structs.replace(new, expires_at=expires_ms(now, req.ttl_s))
     changes = update_changes(old, new)
     done = entry("updated", now, req, req.agent_id, changes)
     if not await deps.store.update(ns, old, new, vec, now, done):
