@@ -9,6 +9,8 @@ So `search` with `types: ["state", "trace"]` and `workspace` is the seed's searc
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import msgspec
@@ -47,7 +49,7 @@ from handlers.ops.scoping import storage_workflow
 from handlers.ops.vectors import request_vector
 from handlers.store.ids import new_id
 from handlers.store.record import Record
-from handlers.store.spaces import NamedEntry, StoredWorkspace
+from handlers.store.spaces import NamedEntry, NoWorkspace, StoredWorkspace
 
 # What a workspace's events are filed under (`mem.<ns>.events._general.workspace.<action>`).
 WORKSPACE_EVENT_TYPE = "workspace"
@@ -58,6 +60,15 @@ def workspace_not_found(name: str) -> NotFound:
     return NotFound(
         f'Workspace "{name}" not found. Use list_workspaces to see available workspaces.'
     )
+
+
+@contextlib.contextmanager
+def _in_workspace(name: str) -> Iterator[None]:
+    """Store calls that need the workspace `name` to exist: say so in the seed's words."""
+    try:
+        yield
+    except NoWorkspace:
+        raise workspace_not_found(name) from None
 
 
 def state_not_found(name: str) -> NotFound:
@@ -249,11 +260,10 @@ async def create_state(ns: str, req: CreateStateRequest, deps: Deps) -> OkReply:
         workspace=req.workspace,
     )
     added = entry("added", now, req, req.agent_id)
-    outcome = await deps.store.spaces.create_state(
-        ns, req.workspace, req.name, req.description, rec, vec, added
-    )
-    if outcome == "no_workspace":
-        raise workspace_not_found(req.workspace)
+    with _in_workspace(req.workspace):
+        outcome = await deps.store.spaces.create_state(
+            ns, req.workspace, req.name, req.description, rec, vec, added
+        )
     if outcome == "exists":
         raise Conflict(
             f'State "{req.name}" already exists. States are immutable - use a unique name'
@@ -269,16 +279,15 @@ async def create_state(ns: str, req: CreateStateRequest, deps: Deps) -> OkReply:
 
 
 async def list_states(ns: str, req: ListStatesRequest, deps: Deps) -> ListDataReply:
-    if not await deps.store.spaces.workspace_exists(ns, req.workspace):
-        raise workspace_not_found(req.workspace)
-    return _listed(await deps.store.spaces.states(ns, req.workspace), req.include_archived)
+    with _in_workspace(req.workspace):
+        states = await deps.store.spaces.states(ns, req.workspace)
+    return _listed(states, req.include_archived)
 
 
 async def load_state(ns: str, req: LoadStateRequest, deps: Deps) -> StateReply:
-    claimed = await deps.store.spaces.state(ns, req.workspace, req.name)
+    with _in_workspace(req.workspace):
+        claimed = await deps.store.spaces.state(ns, req.workspace, req.name)
     if claimed is None:
-        if not await deps.store.spaces.workspace_exists(ns, req.workspace):
-            raise workspace_not_found(req.workspace)
         raise state_not_found(req.name)
     rec = await deps.store.read(ns, claimed.id, deps.clock())
     if rec is None:  # its type was configured with a TTL, and it expired
@@ -306,9 +315,10 @@ async def load_state(ns: str, req: LoadStateRequest, deps: Deps) -> StateReply:
 async def archive_state(ns: str, req: ArchiveStateRequest, deps: Deps) -> OkReply:
     now = deps.clock()
     done = entry("updated", now, req, None, {"is_archived": {"old": False, "new": True}})
-    outcome, memory_id = await deps.store.spaces.archive_state(ns, req.workspace, req.name, done)
-    if outcome == "no_workspace":
-        raise workspace_not_found(req.workspace)
+    with _in_workspace(req.workspace):
+        outcome, memory_id = await deps.store.spaces.archive_state(
+            ns, req.workspace, req.name, done
+        )
     if outcome == "missing":
         raise state_not_found(req.name)
     if memory_id is not None:

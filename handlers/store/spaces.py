@@ -87,8 +87,13 @@ def _decode_workspace(raw: dict[Any, Any]) -> StoredWorkspace:
     return msgspec.convert(values, StoredWorkspace)
 
 
-StateOutcome = Literal["ok", "no_workspace", "exists", "full"]
-ArchiveOutcome = Literal["no_workspace", "missing", "already", "archived"]
+StateOutcome = Literal["ok", "exists", "full"]
+ArchiveOutcome = Literal["missing", "already", "archived"]
+_NO_WORKSPACE = "no_workspace"  # what the state scripts return for a missing workspace
+
+
+class NoWorkspace(Exception):
+    """A state operation named a workspace that does not exist (nothing was written)."""
 
 
 class Spaces:
@@ -174,27 +179,35 @@ class Spaces:
             keys.history_key(ns, rec.id),
         ]
         async with self._guard():
-            out = await self._create_state(keys=state_keys, args=args)
-        return text(out)  # type: ignore[return-value]
+            out = text(await self._create_state(keys=state_keys, args=args))
+        if out == _NO_WORKSPACE:
+            raise NoWorkspace(workspace)
+        return out  # type: ignore[return-value]
 
     async def state(self, ns: str, workspace: str, name: str) -> Claimed | None:
-        """The memory a state's name points at (None: no such state)."""
+        """The memory a state's name points at (None: no such state; `NoWorkspace`)."""
         async with self._guard():
             pipe = self.client.pipeline(transaction=False)
+            pipe.exists(keys.workspace_key(ns, workspace))
             pipe.hget(keys.states_key(ns, workspace), name)
             pipe.sismember(keys.archived_states_key(ns, workspace), name)
-            raw, archived = await pipe.execute()
+            exists, raw, archived = await pipe.execute()
+        if not exists:
+            raise NoWorkspace(workspace)
         if raw is None:
             return None
         return Claimed(_state_name.decode(raw).id, bool(archived))
 
     async def states(self, ns: str, workspace: str) -> list[NamedEntry]:
-        """Every state of a workspace, oldest first."""
+        """Every state of a workspace, oldest first (`NoWorkspace`: no such workspace)."""
         async with self._guard():
             pipe = self.client.pipeline(transaction=False)
+            pipe.exists(keys.workspace_key(ns, workspace))
             pipe.hgetall(keys.states_key(ns, workspace))
             pipe.smembers(keys.archived_states_key(ns, workspace))
-            raw, archived = await pipe.execute()
+            exists, raw, archived = await pipe.execute()
+        if not exists:
+            raise NoWorkspace(workspace)
         gone = {text(n) for n in archived}
         named = sorted(
             ((_state_name.decode(v), text(k)) for k, v in raw.items()), key=lambda p: p[0].id
@@ -216,6 +229,8 @@ class Spaces:
                     keys=state_keys, args=[name, keys.history_prefix(ns), _encode(entry)]
                 )
             )
-        if out in ("no_workspace", "missing", "already"):
+        if out == _NO_WORKSPACE:
+            raise NoWorkspace(workspace)
+        if out in ("missing", "already"):
             return out, None  # type: ignore[return-value]
         return "archived", out
