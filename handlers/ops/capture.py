@@ -38,8 +38,9 @@ def files_named(args: dict[str, Any]) -> list[str]:
         value = args.get(name)
         values = value if isinstance(value, list) else [value]
         for item in values:
-            if isinstance(item, str) and item and item[: limits.MAX_FILE_CHARS] not in out:
-                out.append(item[: limits.MAX_FILE_CHARS])
+            path = item[: limits.MAX_FILE_CHARS] if isinstance(item, str) else ""
+            if path and path not in out:
+                out.append(path)
     return out[: limits.MAX_LIST_ITEMS]
 
 
