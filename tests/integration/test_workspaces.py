@@ -316,6 +316,7 @@ async def test_search_memory_the_seed_way(bus: MemoryBus, alpha: AgentMemory) ->
 
 async def test_workspace_and_state_events(bus: MemoryBus, nc: NatsClient) -> None:
     sub = await nc.subscribe(f"mem.{bus.namespace}.events.>")
+    await nc.flush()  # the subscription is in place before the first event
     await bus.create_workspace("Alpha", **WS)
     mem = bus.agent(workspace="Alpha", agent_id="saver")
     await mem.create_state("S1", **STATE)
@@ -383,17 +384,19 @@ async def test_dedup_stays_within_a_workspace(bus: MemoryBus) -> None:
 
 
 async def test_a_write_that_changes_nothing_is_no_event(bus: MemoryBus, nc: NatsClient) -> None:
+    # Subscribed before anything happens, so every event there is arrives here.
+    sub = await nc.subscribe(f"mem.{bus.namespace}.events._general.workspace.>")
+    await nc.flush()
     await bus.create_workspace("Alpha", **WS)
     before = await bus.load_workspace("Alpha")
-    sub = await nc.subscribe(f"mem.{bus.namespace}.events._general.workspace.>")
     await bus.update_workspace("Alpha", purpose=WS["purpose"])  # the same value
     await bus.archive_workspace("Alpha")
     await bus.archive_workspace("Alpha")  # already archived
-    events = [msgspec.json.decode((await sub.next_msg(timeout=5)).data)]
+    events = [msgspec.json.decode((await sub.next_msg(timeout=5)).data) for _ in range(2)]
     with pytest.raises(NatsTimeoutError):
         await sub.next_msg(timeout=0.3)
     await sub.unsubscribe()
-    assert [(e["action"], e["id"]) for e in events] == [("updated", "Alpha")]
+    assert [(e["action"], e["id"]) for e in events] == [("added", "Alpha"), ("updated", "Alpha")]
     after = await bus.load_workspace("Alpha")
     assert after.is_archived and after.updated_at > before.updated_at
     await bus.update_workspace("Alpha", purpose=WS["purpose"])
