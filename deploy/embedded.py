@@ -91,6 +91,8 @@ class EmbeddedStack:
     # Set these to run handlers against servers started elsewhere (env URLs, containers).
     external_nats_url: str | None = None
     external_redis_url: str | None = None
+    # A nats-server configuration file (`-c`), e.g. one with per-agent users; None: open.
+    nats_config: Path | None = None
     servers: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     handlers: list[subprocess.Popen[bytes]] = field(default_factory=list)
     _logs: list[IO[bytes]] = field(default_factory=list)
@@ -135,6 +137,8 @@ class EmbeddedStack:
         nats_dir = self.data_dir / "nats"
         nats_dir.mkdir(parents=True, exist_ok=True)
         cmd = [nats_server_path(), "-a", "127.0.0.1", "-p", str(self.nats_port), "-js"]
+        if self.nats_config is not None:
+            cmd += ["-c", str(self.nats_config)]
         proc = subprocess.Popen(
             [*cmd, "-sd", str(nats_dir)], stdout=self._log("nats"), stderr=subprocess.STDOUT
         )
