@@ -728,7 +728,13 @@ class AgentMemory:
             scope=scope,
             context=self._context,
         )
-        return await self._bus.request("clear_by_type", req, ClearByTypeReply)
+        # Each call does a bounded share of the work; repeat until nothing remains.
+        reply = await self._bus.request("clear_by_type", req, ClearByTypeReply)
+        deleted = reply.deleted
+        while reply.remaining:
+            reply = await self._bus.request("clear_by_type", req, ClearByTypeReply)
+            deleted += reply.deleted
+        return ClearByTypeReply(deleted=deleted)
 
     # ------------------------------------------------------------------- states
 

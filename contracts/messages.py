@@ -702,6 +702,9 @@ class DeleteReply(Reply, kw_only=True):
 
 class ClearByTypeReply(Reply, kw_only=True):
     deleted: int
+    # Matching memories left because the call stopped at its work bound (about a second):
+    # call again until 0. The SDK's clear_by_type does.
+    remaining: int = 0
 
 
 # Workspace and state replies are the seed's lean ones: writes `{"success": true}`, lists

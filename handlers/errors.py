@@ -36,3 +36,21 @@ class TooLarge(HandlerError):
 class Unavailable(HandlerError):
     code = "unavailable"
     status = "503"
+
+
+class Forbidden(HandlerError):
+    code = "forbidden"
+    status = "403"
+
+
+class Busy(Unavailable):
+    """The handler is at capacity: the request was not run, so a retry is safe."""
+
+    def __init__(self, running: int, waiting: int) -> None:
+        super().__init__(
+            f"The memory service is busy ({running} requests running, {waiting} waiting) and"
+            " did not run this request; retry in a moment with backoff, or ask the operator"
+            " to run more handlers."
+        )
+        self.running = running
+        self.waiting = waiting

@@ -14,15 +14,17 @@ import structlog
 from nats.micro import add_service
 from nats.micro.request import Request as MicroRequest
 from nats.micro.service import Service
+from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
-from redis.retry import Retry
 from redisvl.extensions.cache.embeddings import EmbeddingsCache
 
 from contracts.subjects import OPERATIONS, QUEUE_GROUP, SERVICE_NAME, endpoint_subject
 from handlers import __version__
-from handlers.dispatch import dispatch
+from handlers.admission import Admission
+from handlers.dispatch import dispatch, error_body
 from handlers.embed import Embedder, build_embedder
 from handlers.embed.cache import CachedEmbedder
+from handlers.errors import Busy
 from handlers.logs import configure_logging
 from handlers.micro import ErrorStats, stop_taking_requests, wants_reply
 from handlers.ops.clock import now_ms
@@ -34,13 +36,17 @@ from handlers.store.store import Store
 log = structlog.get_logger("membus.service")
 
 
-def redis_client(url: str, max_connections: int = 64) -> aioredis.Redis:
+def redis_client(url: str, max_connections: int = 144) -> aioredis.Redis:
     # Fail fast while Redis is down (callers get `unavailable`), reconnect on the next call.
-    # A blocking pool makes bursts wait for a free connection instead of failing.
+    # The retry must be redis.asyncio's: the asyncio connection ignores redis.retry's. It
+    # makes a pooled connection that died with a Redis restart reconnect and retry once,
+    # instead of failing one request per idle connection.
+    # A blocking pool makes bursts wait for a free connection (briefly: a request that
+    # cannot get one is answered "busy", see store.failures) instead of failing.
     pool = aioredis.BlockingConnectionPool.from_url(
         url,
         max_connections=max_connections,
-        timeout=5.0,
+        timeout=2.0,
         socket_connect_timeout=1.0,
         socket_timeout=5.0,
         health_check_interval=15,
@@ -51,11 +57,12 @@ def redis_client(url: str, max_connections: int = 64) -> aioredis.Redis:
 
 
 class Handler:
-    """Runs operations as tasks so one slow request never holds up the next."""
+    """Runs operations as tasks so one slow request never holds up the next, and sheds
+    what it cannot run in time (see `Admission`)."""
 
-    def __init__(self, deps: Deps, max_inflight: int) -> None:
+    def __init__(self, deps: Deps, admission: Admission) -> None:
         self.deps = deps
-        self._slots = asyncio.Semaphore(max_inflight)
+        self.admission = admission
         self._tasks: set[asyncio.Task[None]] = set()
         self._errors: ErrorStats | None = None
 
@@ -64,19 +71,23 @@ class Handler:
 
     def endpoint(self, op: str) -> Any:
         async def on_request(req: MicroRequest) -> None:
-            await self._slots.acquire()
+            # Never wait here: this callback holds up the subscription's next message.
             task = asyncio.create_task(self._serve(op, req))
             self._tasks.add(task)
-            task.add_done_callback(self._done)
+            task.add_done_callback(self._tasks.discard)
 
         return on_request
 
-    def _done(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
-        self._slots.release()
-
     async def _serve(self, op: str, req: MicroRequest) -> None:
-        body, error = await dispatch(op, req.subject, req.data, self.deps)
+        if await self.admission.enter():
+            try:
+                body, error = await dispatch(op, req.subject, req.data, self.deps)
+            finally:
+                self.admission.leave()
+        else:
+            error = Busy(self.admission.running, self.admission.waiting)
+            body = error_body(error)
+            log.warning("request.shed", op=op, running=error.running, waiting=error.waiting)
         if not wants_reply(req):
             if error is not None:  # a plain publish (a capture): nobody else will hear of it
                 log.warning("request.unanswered_error", op=op, code=error.code, error=error.message)
@@ -166,7 +177,8 @@ def make_deps(
 
 
 async def serve(settings: Settings, stop: asyncio.Event) -> None:
-    client = redis_client(settings.redis_url)
+    # A connection for each running request, and some for locks and index set-up.
+    client = redis_client(settings.redis_url, settings.max_inflight + 16)
     embedder = make_embedder(settings, client)
     nc = await _connect_or_stop(settings.nats_url, stop)
     if nc is None:
@@ -175,7 +187,8 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
         log.info("service.stopped", reason="stopped before NATS answered")
         return
     deps = make_deps(settings, client, embedder, nc.publish, nc.max_payload)
-    handler = Handler(deps, settings.max_inflight)
+    admission = Admission(settings.max_inflight, settings.max_waiting, settings.queue_wait_s)
+    handler = Handler(deps, admission)
     service = await add_service(
         nc,
         name=SERVICE_NAME,

@@ -67,7 +67,12 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     hybrid_alpha: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] = 0.8
     # Near-duplicate threshold (cosine) for `add` with `dedup: "semantic"`.
     dedup_threshold: Annotated[float, msgspec.Meta(ge=0.01, le=1.0)] = 0.95
-    max_inflight: Annotated[int, msgspec.Meta(ge=1)] = 256
+    # Load shedding: at most `max_inflight` requests run at once; up to `max_waiting` more
+    # wait for a slot, each at most `queue_wait_s`. Past that a request is answered
+    # `unavailable` ("busy") at once, well before a caller's timeout (the SDK's is 5 s).
+    max_inflight: Annotated[int, msgspec.Meta(ge=1)] = 128
+    max_waiting: Annotated[int, msgspec.Meta(ge=0)] = 1024
+    queue_wait_s: Annotated[float, msgspec.Meta(ge=0.0, le=60.0)] = 1.0
     drain_timeout_s: Annotated[float, msgspec.Meta(ge=0.0)] = 10.0
     # A recall session's state lives this long after its last turn.
     recall_session_ttl_s: Annotated[int, msgspec.Meta(ge=1)] = 24 * 3600

@@ -44,22 +44,30 @@ def files_named(args: dict[str, Any]) -> list[str]:
     return out[: limits.MAX_LIST_ITEMS]
 
 
+def printable(text: str) -> str:
+    """A tool's output or name is whatever it was; a NUL in it (which full-text search
+    cannot index, so `add` refuses it) becomes a space instead of failing the capture, so
+    the words on both sides of it are found."""
+    return text.replace("\x00", " ")
+
+
 def narrative(req: CaptureRequest) -> str:
     args = clip(_encoder.encode(req.args).decode(), limits.CAPTURE_ARGS_BYTES)
-    output = clip(req.output, limits.CAPTURE_OUTPUT_BYTES)
+    output = clip(printable(req.output), limits.CAPTURE_OUTPUT_BYTES)
     return f"Arguments: {args}\nOutput: {output}"
 
 
 async def capture(ns: str, req: CaptureRequest, deps: Deps) -> AddReply:
-    meta: dict[str, Any] = {"tool": req.tool, "error": req.error}
+    tool = printable(req.tool)
+    meta: dict[str, Any] = {"tool": tool, "error": req.error}
     if req.duration_ms is not None:
         meta["duration_ms"] = req.duration_ms
     trace = AddRequest(
         type=TRACE_TYPE,
-        title=f"Tool run: {req.tool}",
+        title=f"Tool run: {tool}",
         narrative=narrative(req),
-        facts=[f"tool: {req.tool}", f"error: {'true' if req.error else 'false'}"],
-        tags=["tool", tool_tag(req.tool)],
+        facts=[f"tool: {tool}", f"error: {'true' if req.error else 'false'}"],
+        tags=["tool", tool_tag(tool)],
         source="auto",
         agent_id=req.agent_id,
         workflow_id=req.workflow_id,

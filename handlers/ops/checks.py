@@ -63,7 +63,20 @@ def check_object(value: dict[str, object], name: str, instead: str) -> str:
     return data.decode()
 
 
+def check_no_nul(**texts: str | list[str] | None) -> None:
+    """RediSearch's tokenizer stops at a NUL, so the words after one would never be found:
+    text fields that are stored and searched refuse it."""
+    for name, value in texts.items():
+        values = value if isinstance(value, list) else [value]
+        if any(v is not None and "\x00" in v for v in values):
+            raise InvalidRequest(
+                f"`{name}` contains a NUL character (\\u0000), which full-text search cannot"
+                " index. Remove it, or replace it with a space, and send the request again."
+            )
+
+
 def check_content(content: str, composed: bool = False) -> None:
+    check_no_nul(content=content)
     size = len(content.encode())
     if size > limits.MAX_CONTENT_BYTES:
         what = "The content composed from `title`, `narrative` and `facts`" if composed else None

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from redisvl.query.filter import Num, Tag
+from redisvl.query.filter import Num
 
 from contracts.messages import (
     CompactTimelineReply,
@@ -19,7 +19,7 @@ from handlers.ops.clock import ms_to_dt
 from handlers.ops.deps import Deps
 from handlers.ops.replies import to_compact, to_memory
 from handlers.ops.scoping import read_scope
-from handlers.store.filters import ReadScope, read_filter
+from handlers.store.filters import ReadScope, Tag, read_filter
 from handlers.store.record import Mentions, Record, person_tag
 
 # Memories of the anchor's millisecond that a side reads beyond its count, to order them.

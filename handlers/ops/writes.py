@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import time
 
 import msgspec
 import numpy as np
@@ -20,7 +21,13 @@ from contracts.messages import (
 )
 from contracts.types import STATE_TYPE
 from handlers.errors import InvalidRequest, NotFound
-from handlers.ops.checks import check_content, check_metadata, check_narrative, type_config
+from handlers.ops.checks import (
+    check_content,
+    check_metadata,
+    check_narrative,
+    check_no_nul,
+    type_config,
+)
 from handlers.ops.clock import expires_ms, expiry_dt, ms_to_dt
 from handlers.ops.deps import Deps
 from handlers.ops.events import publish_event
@@ -34,7 +41,11 @@ from handlers.store.ids import new_id
 from handlers.store.record import Record
 from handlers.store.store import Immutable
 
-CLEAR_BATCH = 500
+# clear_by_type deletes in batches this small, so that Redis (which runs each batch's script
+# alone) keeps serving others between them, and stops after CLEAR_BUDGET_S, so that one call
+# ends well before a caller's timeout; the reply says how many are left for the next call.
+CLEAR_BATCH = 100
+CLEAR_BUDGET_S = 1.0
 
 
 def content_hash(
@@ -85,9 +96,7 @@ async def _near_duplicate(
     """Count a mention of the closest live, current memory of the same type and scope, if it
     is at least the threshold similar; that memory after the mention."""
     threshold = req.dedup_threshold or deps.settings.dedup_threshold
-    scope = ReadScope(
-        workflow_id=workflow_id, general=workflow_id is None, workspace=req.workspace
-    )
+    scope = ReadScope(workflow_id=workflow_id, general=workflow_id is None, workspace=req.workspace)
     where = read_filter(None, scope, types=[req.type], current=True)
     now = deps.clock()
     for cand in await deps.store.knn(ns, vec, where, 3):
@@ -123,6 +132,7 @@ async def add(ns: str, req: AddRequest, deps: Deps) -> AddReply:
                 raise state_is_immutable(mid, "supersedes")
     content = req.content or ""  # the request composed it from the title when left out
     check_narrative(req.narrative)
+    check_no_nul(title=req.title, narrative=req.narrative, facts=req.facts)
     composed = req.title is not None and content == compose_content(
         req.title, req.narrative, req.facts
     )
@@ -278,14 +288,16 @@ async def clear_by_type(ns: str, req: ClearByTypeRequest, deps: Deps) -> ClearBy
     else:
         scope = ReadScope(workflow_id=req.workflow_id, general=False)
     total = 0
+    stop_at = time.monotonic() + CLEAR_BUDGET_S
     while True:
         where = read_filter(deps.clock(), scope, types=[req.type])
-        ids = await deps.store.ids(ns, where, CLEAR_BATCH)
+        ids, matching = await deps.store.ids(ns, where, CLEAR_BATCH)
         if not ids:
-            break
+            return ClearByTypeReply(deleted=total)
+        if total and time.monotonic() >= stop_at:  # every call deletes at least one batch
+            return ClearByTypeReply(deleted=total, remaining=matching)
         deleted, _ = await _delete_and_announce(ns, ids, req, deps)
         total += deleted
         if deleted == 0:
             # Everything we saw was removed by someone else meanwhile; the index has caught up.
-            break
-    return ClearByTypeReply(deleted=total)
+            return ClearByTypeReply(deleted=total)

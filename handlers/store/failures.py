@@ -33,12 +33,27 @@ def is_missing_index(exc: BaseException) -> bool:
     return "no such index" in text or "unknown index" in text or "not found" in text
 
 
+# What redis-py's BlockingConnectionPool raises when no connection frees up in time.
+_POOL_EXHAUSTED = "No connection available."
+
+
+def is_pool_exhausted(exc: BaseException) -> bool:
+    return isinstance(exc, redis.exceptions.ConnectionError) and str(exc) == _POOL_EXHAUSTED
+
+
 @contextlib.asynccontextmanager
 async def redis_errors(on_lost: Callable[[], None] | None = None) -> AsyncIterator[None]:
     """Turn 'Redis is down' into `unavailable`, so clients know a retry is safe."""
     try:
         yield
     except (redis.exceptions.RedisError, RedisSearchError, OSError) as exc:
+        if is_pool_exhausted(exc):
+            # Redis is fine; this handler has every connection busy.
+            log.warning("redis.pool_exhausted")
+            raise Unavailable(
+                "The memory service is busy (every store connection of this handler is in"
+                " use) and did not finish this request; retry in a moment with backoff."
+            ) from exc
         if is_connection_error(exc):
             log.warning("redis.unreachable", error=repr(exc))
             if on_lost is not None:

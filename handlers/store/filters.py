@@ -8,7 +8,9 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from redisvl.query.filter import FilterExpression, Num, Tag
+from redisvl.query.filter import FilterExpression, Num
+from redisvl.query.filter import Tag as _RedisvlTag
+from redisvl.utils.token_escaper import TokenEscaper
 
 from handlers.store.record import GENERAL, person_tag, workspace_tag
 from handlers.store.schema import TEXT_FIELDS
@@ -24,6 +26,15 @@ INDEX_STOPWORDS = frozenset(
     """.split()  # noqa: SIM905 - a word list reads better as text
 )
 _ALNUM_RE = re.compile(r"[^\W_]", re.UNICODE)
+
+
+class Tag(_RedisvlTag):
+    """redisvl's tag filter, escaping `_` too: RediSearch reads a bare `{_}` as a syntax
+    error, so a workflow id or tag of `_` could be written but never found."""
+
+    escaper = TokenEscaper(escape_chars_re=re.compile(r"[,.<>{}\[\]\\\"\':;!@#$%^&*()\-+=~|\/ ?_]"))
+
+
 # Memories no newer memory superseded. A negation, so memories written before `supersedes`
 # existed (without the flag) pass it too.
 CURRENT = Tag("superseded") != "1"

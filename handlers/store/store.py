@@ -8,6 +8,7 @@ expires memories. Queries are built with redisvl and sent as raw FT.SEARCH (see 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, NamedTuple, TypeVar
@@ -16,6 +17,7 @@ import msgspec
 import numpy as np
 import redis.asyncio as aioredis
 import redis.exceptions
+import structlog
 from redis.commands.search import reducers
 from redis.commands.search.aggregation import AggregateRequest
 from redis.commands.search.query import Query
@@ -28,7 +30,7 @@ from handlers.store import keys
 from handlers.store.failures import is_connection_error, is_missing_index, redis_errors
 from handlers.store.filters import text_match
 from handlers.store.indexes import Indexes
-from handlers.store.lock import locked
+from handlers.store.lock import Locks
 from handlers.store.policy import HybridPolicy
 from handlers.store.record import (
     CANDIDATE_FIELDS,
@@ -58,6 +60,8 @@ from handlers.store.scripts import (
     UPDATE_LUA,
 )
 from handlers.store.spaces import Spaces
+
+log = structlog.get_logger("membus.store")
 
 T = TypeVar("T")
 S = TypeVar("S", Summary, Record, Mentions)
@@ -149,6 +153,8 @@ class Store:
         self._mention = client.register_script(MENTION_LUA)
         self._update = client.register_script(UPDATE_LUA)
         self._supersede = client.register_script(SUPERSEDE_LUA)
+        self._dropping = False
+        self._locks = Locks(client, self._guard)
 
     async def meta(self, ns: str) -> NamespaceMeta:
         """What the namespace's vectors are (its index is created on first use)."""
@@ -157,13 +163,28 @@ class Store:
     def _guard(self) -> contextlib.AbstractAsyncContextManager[None]:
         # A Redis that comes back may have lost its indexes (a restart without persistence),
         # so after a lost connection every namespace is checked again on next use.
-        return redis_errors(self.indexes.forget_all)
+        return redis_errors(self._lost)
+
+    def _lost(self) -> None:
+        self.indexes.forget_all()
+        # The pool's idle connections died with the old Redis: drop them now rather than
+        # find out one request at a time (in-use ones fail and reconnect on their own).
+        pool = getattr(self.client, "connection_pool", None)
+        if pool is not None and not self._dropping:
+            self._dropping = True
+            task = asyncio.ensure_future(pool.disconnect(inuse_connections=False))
+            task.add_done_callback(self._dropped)
+
+    def _dropped(self, task: asyncio.Future[None]) -> None:
+        self._dropping = False
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("redis.pool_drop_failed", error=repr(task.exception()))
 
     def exclusive(
         self, ns: str, name: str, hold_s: float = 5.0
     ) -> contextlib.AbstractAsyncContextManager[None]:
-        """A lock shared by every handler (see `lock.locked`)."""
-        return locked(self.client, keys.lock_key(ns, name), hold_s, self._guard)
+        """A lock shared by every handler (see `lock.Locks`)."""
+        return self._locks.hold(keys.lock_key(ns, name), hold_s)
 
     # ------------------------------------------------------------------------- writes
 
@@ -472,12 +493,12 @@ class Store:
         found = await self._search(ns, query)
         return Page(found.total, _decode_docs(ns, found, shape))
 
-    async def ids(self, ns: str, where: FilterExpression, limit: int) -> list[str]:
-        """Ids of up to `limit` matching memories (no content loaded)."""
+    async def ids(self, ns: str, where: FilterExpression, limit: int) -> tuple[list[str], int]:
+        """Ids of up to `limit` matching memories (no content loaded), and how many match."""
         query = FilterQuery(filter_expression=where, num_results=limit)
         query.no_content()
         found = await self._search(ns, query)
-        return [keys.id_of(ns, key) for key, _ in found.docs]
+        return [keys.id_of(ns, key) for key, _ in found.docs], found.total
 
     async def aggregate(self, ns: str, where: FilterExpression) -> list[TypeGroup]:
         """Counts by type and scope side, tag lists and created_at bounds: no content."""

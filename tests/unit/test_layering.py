@@ -16,7 +16,7 @@ REPO_PACKAGES = {"contracts", "bus", "handlers", "deploy"}
 # The parts of handlers/ and which other parts each may import. The wiring (the service, the
 # dispatch path, nats.micro's internals, logging) may import every part; no part imports it.
 WIRING = {"handlers", "handlers.__main__", "handlers.service", "handlers.dispatch"}
-WIRING |= {"handlers.micro", "handlers.logs", "handlers.fit"}
+WIRING |= {"handlers.micro", "handlers.logs", "handlers.fit", "handlers.admission"}
 PARTS: dict[str, set[str]] = {
     "handlers.errors": set(),
     "handlers.embed": set(),

@@ -285,7 +285,7 @@ def test_workflow_filter_selects_the_escaped_workflow_only() -> None:
 
 def test_both_filter_ors_the_workflow_with_general() -> None:
     text = str(read_filter(NOW, read_scope("both", "wf_1")))
-    assert "(@wf:{wf_1} | @general:{1})" in text
+    assert "(@wf:{wf\\_1} | @general:{1})" in text
 
 
 def test_types_tags_and_time_bounds_appear_in_the_filter() -> None:

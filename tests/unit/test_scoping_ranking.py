@@ -227,8 +227,8 @@ def test_a_workspace_without_a_workflow_covers_all_of_its_memories() -> None:
 @pytest.mark.parametrize(
     ("scope", "inner"),
     [
-        ("both", "(@wf:{wf_1} | @general:{1})"),
-        ("workflow", "@wf:{wf_1}"),
+        ("both", "(@wf:{wf\\_1} | @general:{1})"),
+        ("workflow", "@wf:{wf\\_1}"),
         ("general", "@general:{1}"),
     ],
 )
