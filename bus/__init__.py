@@ -6,7 +6,7 @@ await mem.add("user_pref", "The user prefers short answers")
 hits = await mem.search("how should answers be written?")
 """
 
-from bus.client import AgentMemory, EventStream, MemoryBus
+from bus.client import Accepted, AgentMemory, EventStream, MemoryBus
 from bus.errors import (
     BusError,
     BusTimeout,
@@ -20,6 +20,7 @@ from bus.errors import (
 )
 
 __all__ = [
+    "Accepted",
     "AgentMemory",
     "BusError",
     "BusTimeout",

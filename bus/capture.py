@@ -76,8 +76,11 @@ async def send_capture(
     output: Any,
     error: bool,
     duration_ms: float,
+    durable: bool = False,
 ) -> bool:
-    """Publish one tool run; False (and a log line) when it could not be sent."""
+    """Publish one tool run; False (and a log line) when it could not be sent. `durable`:
+    through JetStream, waiting for its acknowledgement (so the run is not lost even when no
+    handler is up), instead of a plain publish."""
     try:
         req = memory.capture_request(
             tool,
@@ -86,7 +89,10 @@ async def send_capture(
             error=error,
             duration_ms=round(duration_ms, 3),
         )
-        await memory.bus.publish("capture", req)
+        if durable:
+            await memory.bus.durable("capture", req)
+        else:
+            await memory.bus.publish("capture", req)
     except Exception as exc:  # a capture must never break the tool it records
         log.warning("capture.failed", tool=tool, error=f"{type(exc).__name__}: {exc}")
         return False
@@ -98,10 +104,11 @@ def _error_text(exc: BaseException) -> str:
 
 
 def captured(
-    memory: AgentMemory, tool: str | None = None
+    memory: AgentMemory, tool: str | None = None, *, durable: bool = False
 ) -> Callable[[Callable[P, Awaitable[T]]], Callable[P, Awaitable[T]]]:
     """Decorate an async tool so that each call is captured (named `tool`, by default the
-    function's name). Arguments are recorded by parameter name."""
+    function's name). Arguments are recorded by parameter name. `durable`: each capture
+    goes through JetStream and waits for its acknowledgement (see `send_capture`)."""
 
     def wrap(fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
         if not inspect.iscoroutinefunction(fn):
@@ -121,10 +128,10 @@ def captured(
                 result = await fn(*args, **kwargs)
             except Exception as exc:
                 ms = (time.perf_counter() - start) * 1000
-                await send_capture(memory, name, call_args, _error_text(exc), True, ms)
+                await send_capture(memory, name, call_args, _error_text(exc), True, ms, durable)
                 raise
             ms = (time.perf_counter() - start) * 1000
-            await send_capture(memory, name, call_args, result, False, ms)
+            await send_capture(memory, name, call_args, result, False, ms, durable)
             return result
 
         return run
@@ -134,7 +141,7 @@ def captured(
 
 @asynccontextmanager
 async def capturing(
-    memory: AgentMemory, tool: str, args: dict[str, Any] | None = None
+    memory: AgentMemory, tool: str, args: dict[str, Any] | None = None, *, durable: bool = False
 ) -> AsyncIterator[Run]:
     """Capture the run of a block: set `run.output`; an exception marks it as an error
     (and goes on up)."""
@@ -144,7 +151,7 @@ async def capturing(
         yield run
     except Exception as exc:
         ms = (time.perf_counter() - start) * 1000
-        await send_capture(memory, tool, args or {}, _error_text(exc), True, ms)
+        await send_capture(memory, tool, args or {}, _error_text(exc), True, ms, durable)
         raise
     ms = (time.perf_counter() - start) * 1000
-    await send_capture(memory, tool, args or {}, run.output, False, ms)
+    await send_capture(memory, tool, args or {}, run.output, False, ms, durable)

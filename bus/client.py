@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
 from typing import Any, Literal, TypeVar, overload
@@ -13,6 +14,7 @@ from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
+from nats.js.errors import APIError, NoStreamResponseError
 
 from bus.errors import BusTimeout, InvalidRequest, Unavailable, error_for
 from contracts.messages import (
@@ -64,12 +66,32 @@ from contracts.messages import (
 )
 from contracts.subjects import (
     DEFAULT_NAMESPACE,
+    DURABLE_STREAM,
+    FULL_TRUST,
+    TRUST_LEVELS,
     event_filter,
     is_valid_namespace,
     request_subject,
 )
 
 R = TypeVar("R", bound=msgspec.Struct)
+# How often a durable publish is sent again (same Nats-Msg-Id, so never applied twice)
+# when JetStream's acknowledgement does not come in time.
+DURABLE_ATTEMPTS = 3
+
+
+class Accepted(msgspec.Struct, frozen=True):
+    """JetStream's acknowledgement of a durable write: it is stored in the stream and will
+    be applied (at most once), even through handler crashes and NATS or Redis restarts.
+    Its outcome comes as an event carrying `request_id` (or a `rejected` event)."""
+
+    request_id: str  # the Nats-Msg-Id
+    stream: str
+    seq: int
+    # JetStream had this request_id already (a retried publish): nothing new was stored.
+    duplicate: bool = False
+
+
 Q = TypeVar("Q", bound=msgspec.Struct)
 
 
@@ -108,11 +130,22 @@ def _decoder(reply_type: type[R]) -> msgspec.json.Decoder[R]:
 class MemoryBus:
     """A connection to the memory bus for one namespace."""
 
-    def __init__(self, nc: NatsClient, namespace: str, timeout: float, owns: bool) -> None:
+    def __init__(
+        self,
+        nc: NatsClient,
+        namespace: str,
+        timeout: float,
+        owns: bool,
+        trust: str = FULL_TRUST,
+    ) -> None:
         self.nc = nc
         self.namespace = namespace
         self.timeout = timeout
+        # The trust level this connection's subjects carry; NATS permissions decide
+        # whether this user may use it.
+        self.trust = trust
         self._owns = owns
+        self._js: Any = None
 
     @classmethod
     async def connect(
@@ -123,15 +156,22 @@ class MemoryBus:
         timeout: float = 5.0,
         nc: NatsClient | None = None,
         connect_within: float = 10.0,
+        trust: str = FULL_TRUST,
         **nats_options: Any,
     ) -> MemoryBus:
         """Connect to NATS (or reuse `nc`, which the bus then does not close). Once
         connected, the client reconnects for ever; the first connection must succeed within
-        `connect_within` seconds, else `Unavailable`."""
+        `connect_within` seconds, else `Unavailable`.
+
+        `trust` (full, inner, familiar, public) picks the subjects requests go to; an agent
+        given reduced trust by the deployment connects with its own user and inbox prefix,
+        e.g. `user=..., password=..., inbox_prefix="_INBOX_<agent>"` (see deploy/nats)."""
         if not is_valid_namespace(namespace):
             raise InvalidRequest(f"Namespace {namespace!r} must match [A-Za-z0-9_-]{{1,64}}")
+        if trust not in TRUST_LEVELS:
+            raise InvalidRequest(f"Unknown trust {trust!r}; one of: {', '.join(TRUST_LEVELS)}")
         if nc is not None:
-            return cls(nc, namespace, timeout, owns=False)
+            return cls(nc, namespace, timeout, owns=False, trust=trust)
         # With unlimited reconnects nats-py also retries the first connect for ever.
         nats_options.setdefault("max_reconnect_attempts", -1)
         try:
@@ -141,7 +181,7 @@ class MemoryBus:
                 f"NATS at {url} did not answer within {connect_within}s: start it (make up)"
                 " or point the client at the right server."
             ) from None
-        return cls(client, namespace, timeout, owns=True)
+        return cls(client, namespace, timeout, owns=True, trust=trust)
 
     async def close(self) -> None:
         if self._owns and not self.nc.is_closed:
@@ -188,7 +228,7 @@ class MemoryBus:
         data = body if isinstance(body, bytes) else _encoder.encode(body)
         try:
             msg = await self.nc.request(
-                request_subject(self.namespace, op), data, timeout=self.timeout
+                request_subject(self.namespace, op, self.trust), data, timeout=self.timeout
             )
         except NoRespondersError:
             raise Unavailable(
@@ -203,7 +243,42 @@ class MemoryBus:
 
     async def publish(self, op: str, body: Request) -> None:
         """Send one operation without waiting for (or getting) a reply: `capture`."""
-        await self.nc.publish(request_subject(self.namespace, op), _encoder.encode(body))
+        subject = request_subject(self.namespace, op, self.trust)
+        await self.nc.publish(subject, _encoder.encode(body))
+
+    async def durable(self, op: str, body: Request, request_id: str | None = None) -> Accepted:
+        """Send a write (add, update, delete, capture) through the JetStream stream
+        MEMBUS_WRITES: once this returns, the write is not lost, and it is applied at most
+        once. `request_id` (the Nats-Msg-Id; new by default) makes a retry by the caller
+        idempotent too; the write's event carries it."""
+        if self._js is None:
+            self._js = self.nc.jetstream()
+        request_id = request_id or uuid.uuid4().hex
+        subject = request_subject(self.namespace, op, self.trust, durable=True)
+        data = _encoder.encode(body)
+        for attempt in range(DURABLE_ATTEMPTS):
+            try:
+                ack = await self._js.publish(
+                    subject, data, timeout=self.timeout, headers={"Nats-Msg-Id": request_id}
+                )
+                return Accepted(request_id, ack.stream, ack.seq, bool(ack.duplicate))
+            except (NoRespondersError, NoStreamResponseError):
+                raise Unavailable(
+                    f"No JetStream stream takes {subject}: the handlers create"
+                    f" {DURABLE_STREAM} when they start; start one (with JetStream on) and"
+                    " retry."
+                ) from None
+            except APIError as exc:  # e.g. the stream is full, or a subject it refuses
+                raise Unavailable(
+                    f"JetStream refused the {op}: {exc.description}; retry."
+                ) from None
+            except NatsTimeoutError:
+                if attempt == DURABLE_ATTEMPTS - 1:
+                    raise BusTimeout(
+                        f"JetStream did not acknowledge {op} within {self.timeout}s, three"
+                        f" times; retry with request_id={request_id!r} (never applied twice)."
+                    ) from None
+        raise AssertionError("unreachable")
 
     # Workspaces belong to the namespace, not to an agent.
 
@@ -382,6 +457,7 @@ class AgentMemory:
     def bus(self) -> MemoryBus:
         return self._bus
 
+    @overload
     async def add(
         self,
         type: str,
@@ -403,13 +479,74 @@ class AgentMemory:
         related_people: Sequence[str] = (),
         supersedes: Sequence[str] = (),
         workspace: str | None = None,
-    ) -> AddReply:
+        store: Literal["private", "shared", "social"] | None = None,
+        durable: Literal[False] = False,
+        request_id: str | None = None,
+    ) -> AddReply: ...
+
+    @overload
+    async def add(
+        self,
+        type: str,
+        content: str | None = None,
+        *,
+        tags: Sequence[str] = (),
+        importance: float | None = None,
+        scope: Literal["general", "workflow"] | None = None,
+        ttl_s: int | None = None,
+        source: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        embedding: Sequence[float] | None = None,
+        dedup: Literal["exact", "semantic", "none"] = "exact",
+        dedup_threshold: float | None = None,
+        title: str | None = None,
+        facts: Sequence[str] = (),
+        narrative: str | None = None,
+        related_files: Sequence[str] = (),
+        related_people: Sequence[str] = (),
+        supersedes: Sequence[str] = (),
+        workspace: str | None = None,
+        store: Literal["private", "shared", "social"] | None = None,
+        durable: Literal[True],
+        request_id: str | None = None,
+    ) -> Accepted: ...
+
+    async def add(
+        self,
+        type: str,
+        content: str | None = None,
+        *,
+        tags: Sequence[str] = (),
+        importance: float | None = None,
+        scope: Literal["general", "workflow"] | None = None,
+        ttl_s: int | None = None,
+        source: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        embedding: Sequence[float] | None = None,
+        dedup: Literal["exact", "semantic", "none"] = "exact",
+        dedup_threshold: float | None = None,
+        title: str | None = None,
+        facts: Sequence[str] = (),
+        narrative: str | None = None,
+        related_files: Sequence[str] = (),
+        related_people: Sequence[str] = (),
+        supersedes: Sequence[str] = (),
+        workspace: str | None = None,
+        store: Literal["private", "shared", "social"] | None = None,
+        durable: bool = False,
+        request_id: str | None = None,
+    ) -> AddReply | Accepted:
         """Store a memory. A repeat of live content (same type and scope) is not stored
         twice: the reply's `duplicate_of` names the memory whose `mention_count` went up.
         An observation may leave `content` out and give a `title` (with `narrative`,
         `facts`, ...): the content is then composed from them. `supersedes` names older
         memories this one replaces: reads then leave those out (reply: `superseded`,
-        `missing`)."""
+        `missing`).
+
+        `store` picks the trust-gated store (default: the connection's trust decides).
+        `durable=True` sends it through JetStream instead: the reply is JetStream's
+        `Accepted` (the write is not lost and is applied at most once, `request_id` naming
+        it); its outcome is the `added` event carrying that `request_id`."""
         req = _build(
             AddRequest,
             type=type,
@@ -432,9 +569,38 @@ class AgentMemory:
             related_people=list(related_people),
             supersedes=list(supersedes),
             workspace=workspace or self._workspace,
+            store=store,
             context=self._context,
         )
+        if durable:
+            return await self._bus.durable("add", req, request_id)
         return await self._bus.request("add", req, AddReply)
+
+    @overload
+    async def update(
+        self,
+        id: str,
+        *,
+        content: str | None = None,
+        tags: Sequence[str] | None = None,
+        importance: float | None = None,
+        ttl_s: int | None = None,
+        durable: Literal[False] = False,
+        request_id: str | None = None,
+    ) -> UpdateReply: ...
+
+    @overload
+    async def update(
+        self,
+        id: str,
+        *,
+        content: str | None = None,
+        tags: Sequence[str] | None = None,
+        importance: float | None = None,
+        ttl_s: int | None = None,
+        durable: Literal[True],
+        request_id: str | None = None,
+    ) -> Accepted: ...
 
     async def update(
         self,
@@ -444,8 +610,12 @@ class AgentMemory:
         tags: Sequence[str] | None = None,
         importance: float | None = None,
         ttl_s: int | None = None,
-    ) -> UpdateReply:
-        """Change one memory; `ttl_s=0` makes it permanent. Unknown id: `NotFound`."""
+        durable: bool = False,
+        request_id: str | None = None,
+    ) -> UpdateReply | Accepted:
+        """Change one memory; `ttl_s=0` makes it permanent. Unknown id: `NotFound`.
+        `durable=True`: through JetStream, as for `add` (an unknown id then comes back as a
+        `rejected` event)."""
         req = _build(
             UpdateRequest,
             id=id,
@@ -456,6 +626,8 @@ class AgentMemory:
             agent_id=self._agent_id,
             context=self._context,
         )
+        if durable:
+            return await self._bus.durable("update", req, request_id)
         return await self._bus.request("update", req, UpdateReply)
 
     async def search(
@@ -714,8 +886,24 @@ class AgentMemory:
         req = _build(HistoryRequest, id=id, context=self._context)
         return await self._bus.request("history", req, HistoryReply)
 
-    async def delete(self, ids: Sequence[str]) -> DeleteReply:
-        req = DeleteRequest(ids=list(ids), context=self._context)
+    @overload
+    async def delete(
+        self, ids: Sequence[str], *, durable: Literal[False] = False, request_id: str | None = None
+    ) -> DeleteReply: ...
+
+    @overload
+    async def delete(
+        self, ids: Sequence[str], *, durable: Literal[True], request_id: str | None = None
+    ) -> Accepted: ...
+
+    async def delete(
+        self, ids: Sequence[str], *, durable: bool = False, request_id: str | None = None
+    ) -> DeleteReply | Accepted:
+        """Delete memories; ids not found come back in `missing`. `durable=True`: through
+        JetStream, as for `add`."""
+        req = _build(DeleteRequest, ids=list(ids), context=self._context)
+        if durable:
+            return await self._bus.durable("delete", req, request_id)
         return await self._bus.request("delete", req, DeleteReply)
 
     async def clear_by_type(
@@ -830,12 +1018,17 @@ class AgentMemory:
         output: str = "",
         error: bool = False,
         duration_ms: float | None = None,
-    ) -> AddReply:
-        """Store one tool run as a `trace` and wait for the reply. To record runs without
-        ever waiting or failing, wrap the tool with `bus.capture.captured` instead."""
+        durable: bool = False,
+        request_id: str | None = None,
+    ) -> AddReply | Accepted:
+        """Store one tool run as a `trace` and wait for the reply (`durable=True`: for
+        JetStream's `Accepted`, as for `add`). To record runs without ever waiting or
+        failing, wrap the tool with `bus.capture.captured` instead."""
         req = self.capture_request(
             tool, args=args, output=output, error=error, duration_ms=duration_ms
         )
+        if durable:
+            return await self._bus.durable("capture", req, request_id)
         return await self._bus.request("capture", req, AddReply)
 
     async def subscribe(self, *, type: str | None = None, action: str | None = None) -> EventStream:

@@ -142,6 +142,11 @@ FIELD_TEXTS: dict[str, dict[str, str]] = {
             "The name of an existing workspace this memory belongs to. Leave out to use the"
             " configured workspace, if any."
         ),
+        "store": (
+            'Who may see it: "private" (only fully trusted agents), "shared" (also the inner'
+            ' circle) or "social" (also familiar agents). Leave out for your default; a store'
+            " you cannot see is refused."
+        ),
     },
     "memory_search": {
         "query": "What you are looking for, in plain words (keywords and ids match too).",

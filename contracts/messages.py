@@ -55,6 +55,8 @@ SearchMode = Literal["vector", "text", "hybrid"]
 Fusion = Literal["linear", "rrf"]
 MaxTokens = Annotated[int, msgspec.Meta(ge=1, le=1_000_000)]
 StoreScope = Literal["general", "workflow"]
+# Trust-gated stores (seed 004): which one a memory is in; see contracts.subjects for trust.
+MemoryStore = Literal["private", "shared", "social"]
 TtlSeconds = Annotated[int, msgspec.Meta(ge=0, le=limits.MAX_TTL_S)]
 Name = Annotated[
     str, msgspec.Meta(min_length=1, max_length=limits.MAX_NAME_CHARS, pattern=NAME_PATTERN)
@@ -151,6 +153,9 @@ class AddRequest(Request, kw_only=True):
     supersedes: Annotated[list[MemoryId], msgspec.Meta(max_length=limits.MAX_SUPERSEDES)] = []
     # The name of an existing workspace the memory belongs to.
     workspace: Name | None = None
+    # The store it goes in; by default the caller's trust decides (full: private, inner:
+    # shared, familiar: social). A store the caller cannot see is `forbidden`.
+    store: MemoryStore | None = None
 
     def __post_init__(self) -> None:
         self.tags = normalize_tags(self.tags)
@@ -519,6 +524,8 @@ class Memory(msgspec.Struct, kw_only=True):
     superseded_by: str | None = None
     # The workspace it belongs to, or null.
     workspace: str | None = None
+    # The trust-gated store it is in (memories from before stores existed are private).
+    store: MemoryStore = "private"
 
 
 class ScoredMemory(Memory, kw_only=True):
@@ -784,6 +791,19 @@ class Event(msgspec.Struct, kw_only=True):
     preview: str
     # The memory's workspace (absent when it has none).
     workspace: str | msgspec.UnsetType = msgspec.UNSET
+    # The memory's store.
+    store: MemoryStore = "private"
+    # The durable write's `Nats-Msg-Id` that made this change (absent for request/reply).
+    request_id: str | msgspec.UnsetType = msgspec.UNSET
+
+
+class RejectedEvent(msgspec.Struct, kw_only=True):
+    """A durable write that can never succeed (bad input), on
+    `mem.<ns>.events._rejected.<op>.rejected`: it is not retried."""
+
+    request_id: str
+    code: str
+    error: str
 
 
 ERROR_CODES: tuple[str, ...] = (

@@ -45,7 +45,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         stack.start_servers()
-        print(f"NATS        {stack.nats_url}  (JetStream on)")
+        print(f"NATS        {stack.nats_url}  (JetStream on, fsync per write)")
+        print(
+            "            open: no users or permissions, reachable from this machine only"
+            " (loopback). For per-agent users and trust levels see deploy/nats/README.md."
+        )
         print(f"Redis Stack {stack.redis_url}  (RediSearch + RedisJSON)")
         procs = stack.start_handlers(args.handlers)
         print(f"starting {args.handlers} handler processes (logs in {stack.log_dir}) ...")

@@ -137,8 +137,13 @@ class EmbeddedStack:
         nats_dir = self.data_dir / "nats"
         nats_dir.mkdir(parents=True, exist_ok=True)
         cmd = [nats_server_path(), "-a", "127.0.0.1", "-p", str(self.nats_port), "-js"]
-        if self.nats_config is not None:
-            cmd += ["-c", str(self.nats_config)]
+        config = self.nats_config
+        if config is None:
+            # Open (no users) on loopback; JetStream fsyncs each durable write before it
+            # acknowledges it (the default, every 2 minutes, can lose acknowledged writes).
+            config = self.data_dir / "nats.conf"
+            config.write_text("jetstream {\n  sync_interval: always\n}\n")
+        cmd += ["-c", str(config)]
         proc = subprocess.Popen(
             [*cmd, "-sd", str(nats_dir)], stdout=self._log("nats"), stderr=subprocess.STDOUT
         )

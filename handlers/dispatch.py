@@ -3,6 +3,7 @@ result or error into reply bytes. Every endpoint shares this error path."""
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import re
 import time
@@ -14,14 +15,35 @@ import structlog
 
 from contracts import limits
 from contracts.messages import NAME_PATTERN, REQUEST_TYPES, Context, ErrorReply, Request
-from contracts.subjects import NAMESPACE_PATTERN, is_valid_namespace, parse_request_subject
-from handlers.errors import HandlerError, InvalidRequest, TooLarge
+from contracts.subjects import (
+    FULL_TRUST,
+    NAMESPACE_PATTERN,
+    REDUCED_TRUST,
+    is_valid_namespace,
+    parse_request_subject,
+)
+from handlers.errors import Forbidden, HandlerError, InvalidRequest, TooLarge
 from handlers.fit import fitted
 from handlers.ops import OPERATIONS, Deps
 from handlers.ops.checks import check_context
+from handlers.ops.deps import ACCESS, Access, DurableWrite
 
 log = structlog.get_logger("membus.dispatch")
 
+# Workspaces and states are a full-trust agent's own working set.
+FULL_TRUST_ONLY = frozenset(
+    {
+        "create_workspace",
+        "list_workspaces",
+        "load_workspace",
+        "update_workspace",
+        "archive_workspace",
+        "create_state",
+        "list_states",
+        "load_state",
+        "archive_state",
+    }
+)
 _decoders = {op: msgspec.json.Decoder(cls) for op, cls in REQUEST_TYPES.items()}
 _encoder = msgspec.json.Encoder()
 _UNKNOWN_FIELD_RE = re.compile(r"unknown field `([^`]*)`")
@@ -149,15 +171,39 @@ def error_body(error: HandlerError) -> bytes:
     return _encoder.encode(ErrorReply(code=error.code, error=error.message))
 
 
+def caller_access(op: str, trust: str) -> Access:
+    """The caller's access from the subject's trust token; `forbidden` where it has none."""
+    access = ACCESS.get(trust)
+    if access is None:
+        raise InvalidRequest(
+            f"Unknown trust level {trust!r} in the subject. Use mem.<ns>.{op} (full trust) or"
+            f" mem.<ns>.{op}.<trust> with one of: {', '.join(REDUCED_TRUST)}."
+        )
+    if not access.visible:
+        raise Forbidden(
+            f"Trust {trust!r} sees no memory store, so every operation is forbidden to it."
+            " Ask the operator for a higher trust level (inner or familiar)."
+        )
+    if op in FULL_TRUST_ONLY and trust != FULL_TRUST:
+        raise Forbidden(
+            f"{op} needs full trust (mem.<ns>.{op}); at trust {trust!r} only memory operations"
+            " in your visible stores are allowed (add, search, recall, list, get, ...)."
+        )
+    return access
+
+
 async def dispatch(
-    op: str, subject: str, body: bytes, deps: Deps
+    op: str, subject: str, body: bytes, deps: Deps, write: DurableWrite | None = None
 ) -> tuple[bytes, HandlerError | None]:
-    """Reply bytes, and the error when the reply is one."""
-    request_id = uuid.uuid4().hex[:16]
+    """Reply bytes, and the error when the reply is one. `write` is set for a durable write:
+    its request id names the request in the logs and in the events it causes."""
+    request_id = write.request_id if write is not None else uuid.uuid4().hex[:16]
     parsed = parse_request_subject(subject)
-    ns = parsed[0] if parsed else ""
+    ns, trust = (parsed[0], parsed[2]) if parsed else ("", FULL_TRUST)
     structlog.contextvars.clear_contextvars()
     structlog.contextvars.bind_contextvars(request_id=request_id, op=op, ns=ns)
+    if trust != FULL_TRUST:
+        structlog.contextvars.bind_contextvars(trust=trust)
     started = time.perf_counter()
     error: HandlerError | None = None
     count: int | None = None
@@ -166,6 +212,9 @@ async def dispatch(
             raise InvalidRequest(
                 f"Namespace {ns!r} in subject {subject!r} must match {NAMESPACE_PATTERN}."
             )
+        access = caller_access(op, trust)
+        if access is not deps.access or write is not None:
+            deps = dataclasses.replace(deps, access=access, write=write)
         request = decode_request(op, body)
         if request.context is not None:
             check_context(request.context)

@@ -22,6 +22,7 @@ from contracts.subjects import OPERATIONS, QUEUE_GROUP, SERVICE_NAME, endpoint_s
 from handlers import __version__
 from handlers.admission import Admission
 from handlers.dispatch import dispatch, error_body
+from handlers.durable import DurableWrites
 from handlers.embed import Embedder, build_embedder
 from handlers.embed.cache import CachedEmbedder
 from handlers.errors import Busy
@@ -69,16 +70,16 @@ class Handler:
     def bind(self, service: Service) -> None:
         self._errors = ErrorStats(service)
 
-    def endpoint(self, op: str) -> Any:
+    def endpoint(self, op: str, name: str | None = None) -> Any:
         async def on_request(req: MicroRequest) -> None:
             # Never wait here: this callback holds up the subscription's next message.
-            task = asyncio.create_task(self._serve(op, req))
+            task = asyncio.create_task(self._serve(op, req, name or op))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
         return on_request
 
-    async def _serve(self, op: str, req: MicroRequest) -> None:
+    async def _serve(self, op: str, req: MicroRequest, endpoint: str) -> None:
         if await self.admission.enter():
             try:
                 body, error = await dispatch(op, req.subject, req.data, self.deps)
@@ -97,7 +98,7 @@ class Handler:
                 await req.respond(body)
             else:
                 if self._errors is not None:
-                    self._errors.count(op, error.status, error.code)
+                    self._errors.count(endpoint, error.status, error.code)
                 await req.respond_error(error.status, error.message, data=body)
         except Exception:
             log.exception("reply.failed", op=op)
@@ -198,22 +199,40 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
         metadata={"embedder": embedder.name, "dimension": str(embedder.dimension)},
     )
     for op in OPERATIONS:
+        # `mem.<ns>.<op>` is full trust; `mem.<ns>.<op>.<trust>` the reduced levels.
         await service.add_endpoint(
             name=op, subject=endpoint_subject(op), handler=handler.endpoint(op)
         )
+        await service.add_endpoint(
+            name=f"{op}-reduced",
+            subject=endpoint_subject(op, reduced=True),
+            handler=handler.endpoint(op, f"{op}-reduced"),
+        )
     handler.bind(service)
+    durable = DurableWrites(nc, deps)
+    stop_durable = asyncio.Event()
+    pulling = (
+        asyncio.ensure_future(durable.run(stop_durable))
+        if settings.durable and await durable.start()
+        else None
+    )
     log.info(
         "service.started",
         id=service.id,
         nats=settings.nats_url,
         embedder=embedder.name,
         dimension=embedder.dimension,
+        durable=pulling is not None,
     )
     try:
         await stop.wait()
     finally:
         log.info("service.stopping")
+        stop_durable.set()
         await stop_taking_requests(service)
+        if pulling is not None:
+            # The batch in hand is finished and acknowledged; the rest stays in the stream.
+            await asyncio.wait({pulling}, timeout=settings.drain_timeout_s)
         await handler.drain(settings.drain_timeout_s)
         await nc.drain()
         await embedder.close()

@@ -74,6 +74,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     max_waiting: Annotated[int, msgspec.Meta(ge=0)] = 1024
     queue_wait_s: Annotated[float, msgspec.Meta(ge=0.0, le=60.0)] = 1.0
     drain_timeout_s: Annotated[float, msgspec.Meta(ge=0.0)] = 10.0
+    # Take durable writes from the JetStream stream MEMBUS_WRITES (when NATS has JetStream).
+    durable: bool = True
     # A recall session's state lives this long after its last turn.
     recall_session_ttl_s: Annotated[int, msgspec.Meta(ge=1)] = 24 * 3600
     # How long a deleted memory's history stays readable.

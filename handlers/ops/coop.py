@@ -30,6 +30,8 @@ NEWEST_IDS = 5
 
 
 def _sees(scope: ReadScope, rec: Record) -> bool:
+    if scope.stores is not None and (rec.store or "private") not in scope.stores:
+        return False
     if rec.workflow_id is None:
         return scope.general
     return rec.workflow_id == scope.workflow_id
@@ -45,7 +47,7 @@ async def timeline(
 ) -> TimelineReply | CompactTimelineReply:
     check_types(deps.settings.types, req.types)
     now = deps.clock()
-    scope = read_scope(req.scope, req.workflow_id)
+    scope = read_scope(req.scope, req.workflow_id, stores=deps.access.stores)
     anchor = await deps.store.read(ns, req.anchor, now)
     if anchor is None or not _sees(scope, anchor):
         raise NotFound(
@@ -80,7 +82,9 @@ async def timeline(
 
 async def people(ns: str, req: PeopleRequest, deps: Deps) -> PeopleReply:
     now = deps.clock()
-    where = read_filter(now, read_scope(req.scope, req.workflow_id)) & (Tag("has_people") == "1")
+    where = read_filter(now, read_scope(req.scope, req.workflow_id, stores=deps.access.stores)) & (
+        Tag("has_people") == "1"
+    )
     found = await deps.store.page(ns, where, Mentions, offset=0, limit=PEOPLE_SCAN)
     wanted = person_tag(req.query) if req.query else None
     seen: dict[str, Person] = {}

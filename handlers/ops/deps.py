@@ -1,15 +1,47 @@
-"""What every operation is given: `Deps`, built once per handler process by the wiring."""
+"""What every operation is given: `Deps`, built once per handler process by the wiring, and
+the caller's `Access` (its trust, from the subject) set on it per request."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from contracts.subjects import DEFAULT_STORE, FULL_TRUST, TRUST_LEVELS, VISIBLE_STORES
 from handlers.embed import Embedder
 from handlers.settings import Settings
 from handlers.store.store import Store
 
 Publish = Callable[[str, bytes], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Access:
+    """What a caller of one trust level sees and where its writes go."""
+
+    trust: str
+    visible: tuple[str, ...]
+    default_store: str | None
+
+    @property
+    def stores(self) -> tuple[str, ...] | None:
+        """The stores a read is cut to; None for full trust, which sees them all."""
+        return None if self.trust == FULL_TRUST else self.visible
+
+    def sees(self, store: str | None) -> bool:
+        # A memory from before stores existed has none: it is private.
+        return (store or "private") in self.visible
+
+
+@dataclass(frozen=True, slots=True)
+class DurableWrite:
+    """A write taken from the JetStream stream: its `Nats-Msg-Id` (which the events it
+    causes carry) and when it was published."""
+
+    request_id: str
+    published_ms: int
+
+
+ACCESS = {t: Access(t, VISIBLE_STORES[t], DEFAULT_STORE[t]) for t in TRUST_LEVELS}
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,3 +55,7 @@ class Deps:
     clock: Callable[[], int]
     # The NATS server's max payload: no reply may be larger.
     max_payload: int
+    # The caller's trust; dispatch sets it per request (dataclasses.replace) below full.
+    access: Access = ACCESS[FULL_TRUST]
+    # Set for a durable write (from JetStream), else None.
+    write: DurableWrite | None = None

@@ -23,7 +23,7 @@ from handlers.store.record import Record, Summary
 
 
 async def describe(ns: str, req: DescribeRequest, deps: Deps) -> DescribeReply:
-    scope = read_scope(req.scope, req.workflow_id, req.workspace)
+    scope = read_scope(req.scope, req.workflow_id, req.workspace, deps.access.stores)
     meta = await deps.store.meta(ns)
     groups = await deps.store.aggregate(ns, read_filter(deps.clock(), scope))
     by_type: dict[str, int] = {}
@@ -62,7 +62,7 @@ async def list_(ns: str, req: ListRequest, deps: Deps) -> ListReply | CompactLis
     check_types(deps.settings.types, req.types)
     where = read_filter(
         deps.clock(),
-        read_scope(req.scope, req.workflow_id, req.workspace),
+        read_scope(req.scope, req.workflow_id, req.workspace, deps.access.stores),
         types=req.types,
         tags=req.tags,
         people=req.people,
@@ -79,8 +79,19 @@ async def list_(ns: str, req: ListRequest, deps: Deps) -> ListReply | CompactLis
 
 async def get(ns: str, req: GetRequest, deps: Deps) -> GetReply:
     unique = list(dict.fromkeys(req.ids))
-    found = await deps.store.fetch(ns, unique, deps.clock())
-    by_id = {mid: f for mid, f in zip(unique, found, strict=True) if f is not None}
+    now = deps.clock()
+    if deps.access.stores is None:
+        found = await deps.store.fetch(ns, unique, now)
+        by_id = {mid: f for mid, f in zip(unique, found, strict=True) if f is not None}
+    else:
+        # Counted as accessed only where seen: a memory of another store stays untouched.
+        found = await deps.store.fetch(ns, unique, now, count_access=False)
+        by_id = {
+            mid: f
+            for mid, f in zip(unique, found, strict=True)
+            if f is not None and deps.access.sees(f.record.store)
+        }
+        await deps.store.touch(ns, list(by_id), now)
     return GetReply(
         # Each distinct id once, in the order first asked for.
         memories=[

@@ -120,7 +120,7 @@ async def _candidates(ns: str, req: RecallRequest, deps: Deps, now: int) -> list
     # Path 1 as a vector query over its filter: the cosine of each comes with it.
     scoped = read_filter(
         None,
-        read_scope(req.scope, req.workflow_id, req.workspace),
+        read_scope(req.scope, req.workflow_id, req.workspace, deps.access.stores),
         types=req.types,
         people=req.people,
         current=not req.include_superseded,

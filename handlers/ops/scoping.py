@@ -17,14 +17,20 @@ def storage_workflow(
     return workflow_id if type_cfg.scope == "workflow" else None
 
 
-def read_scope(scope: str, workflow_id: str | None, workspace: str | None = None) -> ReadScope:
+def read_scope(
+    scope: str,
+    workflow_id: str | None,
+    workspace: str | None = None,
+    stores: tuple[str, ...] | None = None,
+) -> ReadScope:
     """`workflow` or `both` without a workflow id means general only. A workspace without a
     workflow id means all of the workspace's memories, whatever workflow wrote them (the
-    seed's searchMemory is scoped by workspace alone); with one, the rules apply within it."""
+    seed's searchMemory is scoped by workspace alone); with one, the rules apply within it.
+    `stores` cuts it to a reduced-trust caller's visible stores (`Access.stores`)."""
     if workspace is not None and workflow_id is None:
-        return ReadScope(workflow_id=None, general=False, workspace=workspace)
+        return ReadScope(None, general=False, workspace=workspace, stores=stores)
     if scope == "general" or workflow_id is None:
-        return ReadScope(workflow_id=None, general=True, workspace=workspace)
+        return ReadScope(None, general=True, workspace=workspace, stores=stores)
     if scope == "workflow":
-        return ReadScope(workflow_id=workflow_id, general=False, workspace=workspace)
-    return ReadScope(workflow_id=workflow_id, general=True, workspace=workspace)
+        return ReadScope(workflow_id, general=False, workspace=workspace, stores=stores)
+    return ReadScope(workflow_id, general=True, workspace=workspace, stores=stores)

@@ -87,7 +87,7 @@ async def ranked_candidates(ns: str, req: SearchRequest, deps: Deps, now: int) -
     # over every document slows RediSearch's hybrid KNN down.
     where = read_filter(
         None,
-        read_scope(req.scope, req.workflow_id, req.workspace),
+        read_scope(req.scope, req.workflow_id, req.workspace, deps.access.stores),
         types=req.types,
         tags=req.tags,
         people=req.people,

@@ -20,7 +20,7 @@ from contracts.messages import (
     compose_content,
 )
 from contracts.types import STATE_TYPE
-from handlers.errors import InvalidRequest, NotFound
+from handlers.errors import Forbidden, InvalidRequest, NotFound
 from handlers.ops.checks import (
     check_content,
     check_metadata,
@@ -36,8 +36,8 @@ from handlers.ops.ranking import similarity
 from handlers.ops.scoping import storage_workflow
 from handlers.ops.vectors import request_vector
 from handlers.ops.workspaces import state_is_immutable, workspace_not_found
-from handlers.store.filters import ReadScope, read_filter
-from handlers.store.ids import new_id
+from handlers.store.filters import ReadScope, in_store, read_filter
+from handlers.store.ids import derived_id, new_id
 from handlers.store.record import Record
 from handlers.store.store import Immutable
 
@@ -55,9 +55,10 @@ def content_hash(
     title: str | None = None,
     facts: list[str] | tuple[str, ...] = (),
     workspace: str | None = None,
+    store: str | None = None,
 ) -> str:
     """Exact-dedup key: the normalised content (case and runs of whitespace ignored) within
-    one type and one scope (a workflow, or general) and one workspace (or none). An
+    one type, one scope (a workflow, or general), one workspace (or none) and one store. An
     observation (one with a `title`) is the same when its title and facts are, whatever its
     narrative says."""
     if title is not None:
@@ -69,6 +70,9 @@ def content_hash(
         normal = " ".join(content.lower().split())
     # Outside any workspace the key is what it was before workspaces existed.
     where = f"{workflow_id or ''}" + ("" if workspace is None else f"\0ws\0{workspace}")
+    # In the private store too (a full-trust agent's default).
+    if store not in (None, "private"):
+        where += f"\0store\0{store}"
     raw = f"{type_}\0{where}\0{normal}".encode()
     return hashlib.sha256(raw).hexdigest()[:32]
 
@@ -91,13 +95,13 @@ async def _repeated(ns: str, rec: Record, deps: Deps, now: int) -> AddReply:
 
 
 async def _near_duplicate(
-    ns: str, req: AddRequest, workflow_id: str | None, vec: np.ndarray, deps: Deps
+    ns: str, req: AddRequest, workflow_id: str | None, store: str, vec: np.ndarray, deps: Deps
 ) -> Record | None:
-    """Count a mention of the closest live, current memory of the same type and scope, if it
-    is at least the threshold similar; that memory after the mention."""
+    """Count a mention of the closest live, current memory of the same type, scope and
+    store, if it is at least the threshold similar; that memory after the mention."""
     threshold = req.dedup_threshold or deps.settings.dedup_threshold
     scope = ReadScope(workflow_id=workflow_id, general=workflow_id is None, workspace=req.workspace)
-    where = read_filter(None, scope, types=[req.type], current=True)
+    where = read_filter(None, scope, types=[req.type], current=True) & in_store(store)
     now = deps.clock()
     for cand in await deps.store.knn(ns, vec, where, 3):
         if cand.expires_at <= now:
@@ -113,12 +117,36 @@ async def _near_duplicate(
     return None
 
 
+async def hidden(ns: str, ids: list[str], deps: Deps) -> set[str]:
+    """The ids of memories that exist in stores the caller cannot see: every operation
+    answers them as missing, so that ids do not leak across trust levels."""
+    if deps.access.stores is None or not ids:
+        return set()
+    stores = await deps.store.stores(ns, ids)
+    return {mid for mid, st in zip(ids, stores, strict=True) if st and not deps.access.sees(st)}
+
+
+def target_store(req: AddRequest, deps: Deps) -> str:
+    """The store an add writes to: the one asked for, if the caller can see it, else the
+    caller's default."""
+    access = deps.access
+    store = req.store or access.default_store or ""
+    if not access.sees(store) or not store:
+        raise Forbidden(
+            f'At trust "{access.trust}" you cannot write to the {store or "any"} store; you'
+            f" see: {', '.join(access.visible) or 'none'}. Leave `store` out to write to"
+            f" {access.default_store or 'none'}."
+        )
+    return store
+
+
 async def add(ns: str, req: AddRequest, deps: Deps) -> AddReply:
     if req.type == STATE_TYPE:
         raise InvalidRequest(
             "States are not added with add: use create_state (a state needs a workspace and"
             " a name unique in it)."
         )
+    store = target_store(req, deps)
     cfg = type_config(deps.settings.types, req.type)
     if req.workspace is not None and not await deps.store.spaces.workspace_exists(
         ns, req.workspace
@@ -144,10 +172,13 @@ async def add(ns: str, req: AddRequest, deps: Deps) -> AddReply:
     chash = (
         ""
         if req.dedup == "none"
-        else content_hash(req.type, workflow_id, content, req.title, req.facts, req.workspace)
+        else content_hash(
+            req.type, workflow_id, content, req.title, req.facts, req.workspace, store
+        )
     )
+    write = deps.write
     rec = Record(
-        id=new_id(now),
+        id=new_id(now) if write is None else derived_id(write.published_ms, write.request_id),
         type=req.type,
         content=content,
         tags=tuple(req.tags),
@@ -167,14 +198,15 @@ async def add(ns: str, req: AddRequest, deps: Deps) -> AddReply:
         related_files=req.related_files,
         related_people=req.related_people,
         workspace=req.workspace,
+        store=store,
     )
     if req.dedup != "semantic":
         reply = await _write(ns, req, rec, vec, deps)
     else:
         # The near-duplicate check and the write are one step across handlers: two similar
         # adds at the same moment must not both miss each other. Exact repeats need no lock.
-        async with deps.store.exclusive(ns, f"dedup:{req.type}:{workflow_id or ''}"):
-            near = await _near_duplicate(ns, req, workflow_id, vec, deps)
+        async with deps.store.exclusive(ns, f"dedup:{req.type}:{workflow_id or ''}:{store}"):
+            near = await _near_duplicate(ns, req, workflow_id, store, vec, deps)
             if near is not None:
                 reply = await _repeated(ns, near, deps, deps.clock())
             else:
@@ -194,9 +226,14 @@ async def _write(ns: str, req: AddRequest, rec: Record, vec: np.ndarray, deps: D
 
 
 async def _supersede(ns: str, req: AddRequest, reply: AddReply, deps: Deps) -> None:
-    """Mark the memories the add replaces (a memory never supersedes itself)."""
+    """Mark the memories the add replaces (a memory never supersedes itself, nor one in a
+    store the caller cannot see: that is missing)."""
     now = deps.clock()
     ids = [mid for mid in dict.fromkeys(req.supersedes) if mid != reply.id]
+    unseen = await hidden(ns, ids, deps)
+    if unseen:
+        ids = [mid for mid in ids if mid not in unseen]
+        reply.missing.extend(unseen)
     done = await deps.store.supersede(
         ns, ids, reply.id, now, entry("superseded", now, req, req.agent_id)
     )
@@ -216,7 +253,7 @@ async def update(ns: str, req: UpdateRequest, deps: Deps) -> UpdateReply:
         f" Use mem.{ns}.list or mem.{ns}.search to find current ids."
     )
     old = await deps.store.read(ns, req.id, now)
-    if old is None:
+    if old is None or not deps.access.sees(old.store):
         raise missing
     if old.type == STATE_TYPE:
         raise state_is_immutable(old.id, "update")
@@ -272,8 +309,14 @@ async def _delete_and_announce(
 
 
 async def delete(ns: str, req: DeleteRequest, deps: Deps) -> DeleteReply:
-    deleted, missing = await _delete_and_announce(ns, list(dict.fromkeys(req.ids)), req, deps)
-    return DeleteReply(deleted=deleted, missing=missing)
+    ids = list(dict.fromkeys(req.ids))
+    unseen = await hidden(ns, ids, deps)
+    deleted, missing = await _delete_and_announce(
+        ns, [mid for mid in ids if mid not in unseen], req, deps
+    )
+    # In request order, those of invisible stores among them.
+    gone = set(missing) | unseen
+    return DeleteReply(deleted=deleted, missing=[mid for mid in ids if mid in gone])
 
 
 async def clear_by_type(ns: str, req: ClearByTypeRequest, deps: Deps) -> ClearByTypeReply:
@@ -283,10 +326,11 @@ async def clear_by_type(ns: str, req: ClearByTypeRequest, deps: Deps) -> ClearBy
             "States are immutable: clear_by_type cannot delete them. Use archive_state to hide"
             " a state from list_states."
         )
+    stores = deps.access.stores
     if req.scope == "general":
-        scope = ReadScope(workflow_id=None, general=True)
+        scope = ReadScope(workflow_id=None, general=True, stores=stores)
     else:
-        scope = ReadScope(workflow_id=req.workflow_id, general=False)
+        scope = ReadScope(workflow_id=req.workflow_id, general=False, stores=stores)
     total = 0
     stop_at = time.monotonic() + CLEAR_BUDGET_S
     while True:

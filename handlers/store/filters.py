@@ -49,6 +49,8 @@ class ReadScope:
     workflow_id: str | None
     general: bool
     workspace: str | None = None
+    # The stores a caller of reduced trust sees; None: all of them (full trust).
+    stores: tuple[str, ...] | None = None
 
     @property
     def applied(self) -> str:
@@ -87,6 +89,8 @@ def read_filter(
         in_workspace = Tag("wsh") == workspace_tag(scope.workspace)
         whole = scope.workflow_id is None and not scope.general
         where = in_workspace if whole else in_workspace & where
+    if scope.stores is not None:
+        where = where & (Tag("store") == list(scope.stores))
     f = where if now_ms is None else (Num("expires_at") > now_ms) & where
     if types:
         f = f & (Tag("type") == list(types))
@@ -101,6 +105,14 @@ def read_filter(
     if until_ms is not None:
         f = f & (Num("created_at") <= until_ms)
     return f
+
+
+def in_store(store: str) -> FilterExpression:
+    """Memories of exactly this store; `private` includes those from before stores (which
+    have no store field)."""
+    if store == "private":
+        return Tag("store") != ["shared", "social"]
+    return Tag("store") == store
 
 
 def always_recalled(identity_type: str, min_importance: float, since_ms: int) -> FilterExpression:

@@ -7,6 +7,7 @@ added them even when several land in the same millisecond.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 
@@ -24,7 +25,19 @@ def new_id(now_ms: int | None = None) -> str:
     else:
         random = int.from_bytes(os.urandom(10), "big")
     _last = (ms, random)
-    value = (ms << _RANDOM_BITS) | random
+    return _encode((ms << _RANDOM_BITS) | random)
+
+
+def derived_id(ms: int, key: str) -> str:
+    """The id a durable write's new memory gets: its time part from when the write was
+    published, its random part from the write's request id, so a write applied again (a
+    handler died between the write and its acknowledgement) rewrites the same memory
+    instead of adding a second one."""
+    random = int.from_bytes(hashlib.sha256(key.encode()).digest()[:10], "big")
+    return _encode((ms << _RANDOM_BITS) | random)
+
+
+def _encode(value: int) -> str:
     chars = []
     for _ in range(26):
         chars.append(_ALPHABET[value & 31])

@@ -3,6 +3,8 @@ keys carry its name, so namespaces never share a key (namespace names hold no `:
 
 from __future__ import annotations
 
+import hashlib
+
 ROOT = "membus"
 # redisvl's embeddings cache (see `handlers.embed.cache`): shared by every namespace.
 EMBED_CACHE = f"{ROOT}:embcache"
@@ -98,3 +100,11 @@ def memory_keys(ns: str, ids: list[str], history: bool = False) -> list[str]:
         if history:
             keys.append(history_key(ns, mid))
     return keys
+
+
+def applied_key(ns: str, request_id: str) -> str:
+    """A durable write's outcome, by its request id (the Nats-Msg-Id), kept 24 h so that a
+    redelivered write is applied at most once. A long id is hashed to bound the key."""
+    if len(request_id) > 128:
+        request_id = "sha256:" + hashlib.sha256(request_id.encode()).hexdigest()
+    return f"{ROOT}:{ns}:applied:{request_id}"

@@ -44,6 +44,8 @@ def schema_dict(ns: str, dimension: int) -> dict[str, Any]:
             {"name": "has_people", "type": "tag"},
             # The workspace, as `record.workspace_tag` (exact match).
             {"name": "wsh", "type": "tag", "attrs": {"case_sensitive": True}},
+            # The trust-gated store; absent (private) on memories from before stores.
+            {"name": "store", "type": "tag", "attrs": {"sortable": True}},
             # "1" once a newer memory superseded it (see record.supersede_fields).
             {"name": "superseded", "type": "tag"},
             {"name": "content", "type": "text"},

@@ -401,6 +401,37 @@ class Store:
             raw = await pipe.execute()
         return [text(t) if t is not None else None for t in raw]
 
+    # ------------------------------------------------------------- durable writes
+
+    async def claim_write(self, ns: str, request_id: str, hold_ms: int) -> str | None:
+        """Claim a durable write for applying it: None when claimed now, else its state
+        (`pending`: another handler is applying it; `done` or `rejected`: it was)."""
+        key = keys.applied_key(ns, request_id)
+        async with self._guard():
+            if await self.client.set(key, "pending", nx=True, px=hold_ms):
+                return None
+            state = await self.client.get(key)
+        return text(state) if state is not None else "pending"
+
+    async def finish_write(self, ns: str, request_id: str, state: str, keep_s: int) -> None:
+        async with self._guard():
+            await self.client.set(keys.applied_key(ns, request_id), state, ex=keep_s)
+
+    async def release_write(self, ns: str, request_id: str) -> None:
+        """Give a claim back (the write failed and will be redelivered)."""
+        async with self._guard():
+            await self.client.delete(keys.applied_key(ns, request_id))
+
+    async def stores(self, ns: str, ids: list[str]) -> list[str | None]:
+        """The store of each memory (None where there is no such memory; `private` for one
+        written before stores existed)."""
+        async with self._guard():
+            pipe = self.client.pipeline(transaction=False)
+            for mid in ids:
+                pipe.hmget(keys.record_key(ns, mid), ["type", "store"])
+            raw = await pipe.execute()
+        return [None if t is None else text(st) if st else "private" for t, st in raw]
+
     async def vectors(self, ns: str, ids: list[str]) -> dict[str, np.ndarray]:
         """Stored embeddings by id (for candidates that the vector query did not return)."""
         if not ids:

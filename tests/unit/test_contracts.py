@@ -381,10 +381,22 @@ def test_parse_request_subject_round_trips_request_subject() -> None:
     assert parse_request_subject(request_subject("ns-1", "clear_by_type")) == (
         "ns-1",
         "clear_by_type",
+        "full",
     )
 
 
-@pytest.mark.parametrize("subject", ["mem.acme", "mem.acme.add.extra", "other.acme.add", "mem", ""])
+@pytest.mark.parametrize("trust", ["full", "inner", "familiar", "public"])
+@pytest.mark.parametrize("durable", [False, True])
+def test_trust_and_durable_subjects_round_trip(trust: str, durable: bool) -> None:
+    subject = request_subject("acme", "add", trust, durable=durable)
+    assert subject.startswith("memq." if durable else "mem.")
+    assert subject.endswith("acme.add" if trust == "full" else f"acme.add.{trust}")
+    assert parse_request_subject(subject) == ("acme", "add", trust)
+
+
+@pytest.mark.parametrize(
+    "subject", ["mem.acme", "mem.acme.add.inner.x", "other.acme.add", "mem", "", "memq.acme"]
+)
 def test_parse_request_subject_rejects_other_subjects(subject: str) -> None:
     assert parse_request_subject(subject) is None
 

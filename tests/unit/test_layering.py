@@ -17,6 +17,7 @@ REPO_PACKAGES = {"contracts", "bus", "handlers", "deploy"}
 # dispatch path, nats.micro's internals, logging) may import every part; no part imports it.
 WIRING = {"handlers", "handlers.__main__", "handlers.service", "handlers.dispatch"}
 WIRING |= {"handlers.micro", "handlers.logs", "handlers.fit", "handlers.admission"}
+WIRING |= {"handlers.durable"}
 PARTS: dict[str, set[str]] = {
     "handlers.errors": set(),
     "handlers.embed": set(),

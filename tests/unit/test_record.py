@@ -47,6 +47,7 @@ def record(**changes: object) -> Record:
         related_people=["Ana Lima", "Bo|Chen", "ana  LIMA"],
         superseded_by="01NEWER",
         workspace="Project Alpha",
+        store="shared",
     )
     return msgspec.structs.replace(rec, **changes)
 
@@ -86,6 +87,7 @@ def test_a_new_record_is_the_hash_layout_earlier_versions_wrote_plus_new_fields(
         "superseded": "1",
         "workspace": "Project Alpha",
         "wsh": workspace_tag("Project Alpha"),
+        "store": "shared",
     }
 
 

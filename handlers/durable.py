@@ -1,0 +1,198 @@
+"""Durable writes (PROTOCOL "Durable writes"): `add`, `update`, `delete` and `capture` taken
+from the JetStream stream MEMBUS_WRITES through one durable consumer that every handler
+shares, each acknowledged only once Redis has it.
+
+A write is applied at most once per request id (its `Nats-Msg-Id`): a handler claims the id
+in Redis before applying it and marks it done (kept 24 h) after, so a write redelivered after
+it was applied is acknowledged without a second apply. If a handler dies between the write
+and the mark, the claim lapses and the write is applied again; `add` and `capture` then write
+the same memory id (`ids.derived_id`), not a second memory. A write whose dependency is down
+is redelivered with backoff; one that can never succeed is acknowledged and reported on
+`mem.<ns>.events._rejected.<op>.rejected`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+import msgspec
+import nats.errors
+import structlog
+from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext, api
+from nats.js.errors import BadRequestError, NotFoundError, ServiceUnavailableError
+
+from contracts.messages import RejectedEvent
+from contracts.subjects import (
+    DURABLE_CONSUMER,
+    DURABLE_OPERATIONS,
+    DURABLE_PREFIX,
+    DURABLE_STREAM,
+    is_valid_namespace,
+    parse_request_subject,
+    rejected_subject,
+)
+from handlers.dispatch import dispatch
+from handlers.errors import HandlerError, InvalidRequest, Unavailable
+from handlers.ops.deps import Deps, DurableWrite
+
+log = structlog.get_logger("membus.durable")
+_encoder = msgspec.json.Encoder()
+
+# JetStream drops a re-published copy (same Nats-Msg-Id) within this window; handlers
+# remember applied ids for APPLIED_KEEP_S beyond it.
+DUPLICATE_WINDOW_S = 600
+APPLIED_KEEP_S = 24 * 3600
+# A claim lapses after this long, should its handler die while applying the write.
+CLAIM_MS = 30_000
+ACK_WAIT_S = 30
+BATCH = 64
+MAX_BACKOFF_S = 30.0
+
+
+def stream_config() -> api.StreamConfig:
+    return api.StreamConfig(
+        name=DURABLE_STREAM,
+        description="memory-bus durable writes (add, update, delete, capture)",
+        subjects=[f"{DURABLE_PREFIX}.>"],
+        # File storage survives a NATS restart; a work queue drops each write once applied.
+        storage=api.StorageType.FILE,
+        retention=api.RetentionPolicy.WORK_QUEUE,
+        duplicate_window=DUPLICATE_WINDOW_S,
+        max_msg_size=1024 * 1024,
+    )
+
+
+def consumer_config() -> api.ConsumerConfig:
+    return api.ConsumerConfig(
+        durable_name=DURABLE_CONSUMER,
+        description="every memory-bus handler pulls from this one consumer",
+        ack_policy=api.AckPolicy.EXPLICIT,
+        ack_wait=ACK_WAIT_S,
+        max_deliver=-1,  # a write whose dependency is down is retried until it succeeds
+        max_ack_pending=4 * BATCH,
+        filter_subject=f"{DURABLE_PREFIX}.>",
+    )
+
+
+def backoff_s(deliveries: int) -> float:
+    """The delay before the next delivery of a write that found a dependency down."""
+    return min(MAX_BACKOFF_S, 0.5 * 2 ** max(0, deliveries - 1))
+
+
+class DurableWrites:
+    def __init__(self, nc: NatsClient, deps: Deps) -> None:
+        self.nc = nc
+        self.deps = deps
+        self.js: JetStreamContext = nc.jetstream()
+        self._sub: Any = None
+        self.applied = self.duplicates = self.rejected = self.retried = 0
+
+    async def start(self) -> bool:
+        """Create or update the stream and the shared consumer; False when this NATS has no
+        JetStream (durable writes are then off; request/reply works as ever)."""
+        try:
+            try:
+                await self.js.add_stream(stream_config())
+            except BadRequestError:  # it exists with another configuration: bring it up
+                await self.js.update_stream(stream_config())
+            try:
+                await self.js.add_consumer(DURABLE_STREAM, consumer_config())
+            except BadRequestError:
+                log.warning("durable.consumer_kept", consumer=DURABLE_CONSUMER, exc_info=True)
+            self._sub = await self.js.pull_subscribe_bind(
+                durable=DURABLE_CONSUMER, stream=DURABLE_STREAM
+            )
+        except (ServiceUnavailableError, NotFoundError, nats.errors.NoRespondersError) as exc:
+            log.warning("durable.off", reason=f"JetStream is not available: {exc!r}")
+            return False
+        log.info("durable.on", stream=DURABLE_STREAM, consumer=DURABLE_CONSUMER)
+        return True
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Pull and apply writes until `stop` is set (the batch in hand is finished)."""
+        while not stop.is_set():
+            try:
+                msgs = await self._sub.fetch(batch=BATCH, timeout=1.0)
+            except nats.errors.TimeoutError:
+                continue
+            except Exception as exc:  # NATS restarting: the subscription comes back with it
+                log.warning("durable.fetch_failed", error=repr(exc))
+                await asyncio.sleep(0.5)
+                continue
+            await asyncio.gather(*(self._apply(m) for m in msgs))
+
+    async def _apply(self, msg: Msg) -> None:
+        try:
+            await self._apply_one(msg)
+        except Exception:  # never lose the loop; the write is redelivered after ack_wait
+            log.exception("durable.apply_failed", subject=msg.subject)
+
+    async def _apply_one(self, msg: Msg) -> None:
+        meta = msg.metadata
+        request_id = (msg.headers or {}).get("Nats-Msg-Id") or (
+            f"{meta.stream}:{meta.sequence.stream}"
+        )
+        parsed = parse_request_subject(msg.subject)
+        ns, op = (parsed[0], parsed[1]) if parsed else ("", "")
+        if not is_valid_namespace(ns) or op not in DURABLE_OPERATIONS:
+            bad = InvalidRequest(
+                f"{msg.subject!r} is not a durable write: publish memq.<ns>.<op> with op one of"
+                f" {', '.join(DURABLE_OPERATIONS)}."
+            )
+            await self._reject(msg, ns, op, request_id, bad)
+            return
+        store = self.deps.store
+        try:
+            state = await store.claim_write(ns, request_id, CLAIM_MS)
+        except Unavailable:
+            await self._retry(msg, "redis unreachable")
+            return
+        if state is not None:
+            if state == "pending":  # another handler is applying it right now
+                await msg.nak(delay=1.0)
+            else:
+                self.duplicates += 1
+                log.info("durable.duplicate", request_id=request_id, state=state)
+                await msg.ack()
+            return
+        published_ms = int(meta.timestamp.timestamp() * 1000)
+        write = DurableWrite(request_id, published_ms)
+        _, error = await dispatch(op, msg.subject, msg.data, self.deps, write)
+        if isinstance(error, Unavailable):
+            with contextlib.suppress(Unavailable):  # else the claim lapses by itself
+                await store.release_write(ns, request_id)
+            await self._retry(msg, error.message)
+            return
+        state = "done" if error is None else "rejected"
+        try:
+            await store.finish_write(ns, request_id, state, APPLIED_KEEP_S)
+        except Unavailable:
+            # Applied, but not marked: a redelivery would apply it again (add and capture
+            # then rewrite the same memory). Acknowledge anyway: Redis has the write.
+            log.warning("durable.unmarked", request_id=request_id)
+        if error is None:
+            self.applied += 1
+            await msg.ack()
+        else:
+            await self._reject(msg, ns, op, request_id, error)
+
+    async def _retry(self, msg: Msg, why: str) -> None:
+        self.retried += 1
+        delay = backoff_s(msg.metadata.num_delivered)
+        log.warning("durable.retry", subject=msg.subject, delay_s=delay, why=why)
+        await msg.nak(delay=delay)
+
+    async def _reject(
+        self, msg: Msg, ns: str, op: str, request_id: str, error: HandlerError
+    ) -> None:
+        self.rejected += 1
+        log.warning("durable.rejected", request_id=request_id, code=error.code, error=error.message)
+        if is_valid_namespace(ns):
+            event = RejectedEvent(request_id=request_id, code=error.code, error=error.message)
+            subject = rejected_subject(ns, op if op.isidentifier() else "unknown")
+            await self.deps.publish(subject, _encoder.encode(event))
+        await msg.ack()  # never retried: it can never succeed
