@@ -42,9 +42,8 @@ from handlers.ops.deps import Deps, DurableWrite
 log = structlog.get_logger("membus.durable")
 _encoder = msgspec.json.Encoder()
 
-# JetStream drops a re-published copy (same Nats-Msg-Id) within this window; handlers
-# remember applied ids for APPLIED_KEEP_S beyond it.
-DUPLICATE_WINDOW_S = 600
+# Handlers remember applied ids (by Nats-Msg-Id) this long, well beyond JetStream's own
+# duplicate window (settings.durable_duplicate_window_s).
 APPLIED_KEEP_S = 24 * 3600
 # A claim lapses after this long, should its handler die while applying the write.
 CLAIM_MS = 30_000
@@ -53,7 +52,7 @@ BATCH = 64
 MAX_BACKOFF_S = 30.0
 
 
-def stream_config() -> api.StreamConfig:
+def stream_config(duplicate_window_s: float) -> api.StreamConfig:
     return api.StreamConfig(
         name=DURABLE_STREAM,
         description="memory-bus durable writes (add, update, delete, capture)",
@@ -61,7 +60,7 @@ def stream_config() -> api.StreamConfig:
         # File storage survives a NATS restart; a work queue drops each write once applied.
         storage=api.StorageType.FILE,
         retention=api.RetentionPolicy.WORK_QUEUE,
-        duplicate_window=DUPLICATE_WINDOW_S,
+        duplicate_window=duplicate_window_s,
         max_msg_size=1024 * 1024,
     )
 
@@ -94,11 +93,12 @@ class DurableWrites:
     async def start(self) -> bool:
         """Create or update the stream and the shared consumer; False when this NATS has no
         JetStream (durable writes are then off; request/reply works as ever)."""
+        config = stream_config(self.deps.settings.durable_duplicate_window_s)
         try:
             try:
-                await self.js.add_stream(stream_config())
+                await self.js.add_stream(config)
             except BadRequestError:  # it exists with another configuration: bring it up
-                await self.js.update_stream(stream_config())
+                await self.js.update_stream(config)
             try:
                 await self.js.add_consumer(DURABLE_STREAM, consumer_config())
             except BadRequestError:

@@ -76,6 +76,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     drain_timeout_s: Annotated[float, msgspec.Meta(ge=0.0)] = 10.0
     # Take durable writes from the JetStream stream MEMBUS_WRITES (when NATS has JetStream).
     durable: bool = True
+    # JetStream drops a re-published durable write (same Nats-Msg-Id) within this window;
+    # handlers remember applied ids for 24 h beyond it.
+    durable_duplicate_window_s: Annotated[float, msgspec.Meta(ge=0.1, le=86400.0)] = 600.0
     # A recall session's state lives this long after its last turn.
     recall_session_ttl_s: Annotated[int, msgspec.Meta(ge=1)] = 24 * 3600
     # How long a deleted memory's history stays readable.

@@ -1,0 +1,151 @@
+"""Durable writes (PROTOCOL "Durable writes"): `memq.<ns>.<op>` through the JetStream stream
+MEMBUS_WRITES and the handlers' shared consumer, applied once, reported by events that carry
+the request id, rejected with a `rejected` event when they can never succeed."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import msgspec
+import nats
+import pytest
+from nats.aio.subscription import Subscription
+from stacks import private_stack
+
+from bus import Accepted, MemoryBus
+from contracts.messages import Event, RejectedEvent
+
+pytestmark = pytest.mark.transports("nats")
+
+
+@contextlib.asynccontextmanager
+async def events(bus: MemoryBus, subject: str = ">") -> AsyncIterator[Subscription]:
+    sub = await bus.nc.subscribe(f"mem.{bus.namespace}.events.{subject}")
+    await bus.nc.flush()
+    try:
+        yield sub
+    finally:
+        await sub.unsubscribe()
+
+
+async def next_event(sub: Subscription, timeout: float = 10) -> Event:
+    return msgspec.json.decode((await sub.next_msg(timeout=timeout)).data, type=Event)
+
+
+async def test_a_durable_add_is_applied_once_and_its_event_names_the_request(
+    bus: MemoryBus,
+) -> None:
+    mem = bus.agent(workflow_id="wf_d", agent_id="writer")
+    async with events(bus, "wf_d.>") as sub:
+        accepted = await mem.add("context", "written through JetStream", durable=True)
+        assert isinstance(accepted, Accepted)
+        assert accepted.stream == "MEMBUS_WRITES" and not accepted.duplicate
+        event = await next_event(sub)
+    assert (event.action, event.request_id) == ("added", accepted.request_id)
+    got = await mem.get([event.id])
+    assert [m.content for m in got.memories] == ["written through JetStream"]
+
+
+async def test_a_retried_publish_with_the_same_request_id_is_applied_once(
+    bus: MemoryBus,
+) -> None:
+    mem = bus.agent(workflow_id="wf_d")
+    async with events(bus, "wf_d.>") as sub:
+        first = await mem.add("context", "once only", durable=True, request_id="req-once-1")
+        again = await mem.add("context", "once only", durable=True, request_id="req-once-1")
+        assert again.duplicate and again.seq == first.seq
+        event = await next_event(sub)
+        with pytest.raises(nats.errors.TimeoutError):
+            await sub.next_msg(timeout=1.0)
+    assert event.request_id == "req-once-1"
+    assert (await mem.describe()).total == 1
+
+
+async def test_durable_update_delete_and_capture(bus: MemoryBus) -> None:
+    mem = bus.agent(workflow_id="wf_d", agent_id="writer")
+    kept = await mem.add("context", "before the update")
+    async with events(bus, "wf_d.>") as sub:
+        await mem.update(kept.id, content="after the update", durable=True)
+        assert (await next_event(sub)).action == "updated"
+        captured = await mem.capture("grep", args={"path": "a.py"}, output="ok", durable=True)
+        assert isinstance(captured, Accepted)
+        trace = await next_event(sub)
+        assert (trace.type, trace.request_id) == ("trace", captured.request_id)
+        await mem.delete([kept.id, trace.id], durable=True)
+        deleted = {(await next_event(sub)).id, (await next_event(sub)).id}
+    assert deleted == {kept.id, trace.id}
+    assert (await mem.describe()).total == 0
+
+
+async def test_a_write_that_can_never_succeed_is_rejected_not_retried(bus: MemoryBus) -> None:
+    mem = bus.agent(workflow_id="wf_d")
+    async with events(bus, "_rejected.>") as sub:
+        accepted = await mem.update("01NOSUCHMEMORY000000000000", content="x", durable=True)
+        msg = await sub.next_msg(timeout=10)
+        rejected = msgspec.json.decode(msg.data, type=RejectedEvent)
+        assert msg.subject == f"mem.{bus.namespace}.events._rejected.update.rejected"
+        assert (rejected.request_id, rejected.code) == (accepted.request_id, "not_found")
+        # Raw bytes that are no request at all: rejected as invalid_request.
+        js = bus.nc.jetstream()
+        await js.publish(
+            f"memq.{bus.namespace}.add", b"{not json", headers={"Nats-Msg-Id": "bad-json-1"}
+        )
+        bad = msgspec.json.decode((await sub.next_msg(timeout=10)).data, type=RejectedEvent)
+        assert (bad.request_id, bad.code) == ("bad-json-1", "invalid_request")
+        with pytest.raises(nats.errors.TimeoutError):  # not redelivered
+            await sub.next_msg(timeout=1.5)
+
+
+async def test_durable_writes_keep_the_callers_trust(bus: MemoryBus) -> None:
+    inner = MemoryBus(bus.nc, bus.namespace, bus.timeout, owns=False, trust="inner")
+    mem = inner.agent(workflow_id="wf_d")
+    async with events(bus, "wf_d.>") as sub:
+        await mem.add("context", "for the inner circle", durable=True)
+        event = await next_event(sub)
+    assert event.store == "shared"
+    familiar = MemoryBus(bus.nc, bus.namespace, bus.timeout, owns=False, trust="familiar")
+    async with events(bus, "_rejected.>") as sub:
+        await familiar.agent().add("context", "into private", store="private", durable=True)
+        rejected = msgspec.json.decode((await sub.next_msg(timeout=10)).data, type=RejectedEvent)
+    assert rejected.code == "forbidden"
+
+
+async def test_writes_wait_out_a_redis_outage_and_a_redelivered_write_is_not_applied_twice() -> (
+    None
+):
+    # A short JetStream duplicate window, so that a re-publish reaches the handler, which
+    # must then recognise the request id itself.
+    env = {"MEMBUS_DURABLE_DUPLICATE_WINDOW_S": "0.5"}
+    async with private_stack("hash", env=env) as stack:
+        bus = await MemoryBus.connect(stack.nats_url, namespace="outage")
+        try:
+            mem = bus.agent(workflow_id="wf_o")
+            async with events(bus, "wf_o.>") as sub:
+                stack.stop_server("redis")
+                sent = [
+                    await mem.add("context", f"written while Redis is down {i}", durable=True)
+                    for i in range(5)
+                ]
+                await asyncio.sleep(1.0)  # the handler tries, finds Redis down, backs off
+                await asyncio.to_thread(stack.start_redis)
+                seen = {(await next_event(sub, timeout=60)).request_id for _ in sent}
+                assert seen == {a.request_id for a in sent}
+
+                await asyncio.sleep(1.0)  # past JetStream's duplicate window
+                again = await mem.add(
+                    "context",
+                    "written while Redis is down 0",
+                    durable=True,
+                    request_id=sent[0].request_id,
+                )
+                assert not again.duplicate  # JetStream took it: the handler must skip it
+                with pytest.raises(nats.errors.TimeoutError):
+                    await sub.next_msg(timeout=2.0)
+            listed = await mem.list(limit=20)
+            assert sorted(m.content for m in listed.memories) == sorted(
+                f"written while Redis is down {i}" for i in range(5)
+            )
+        finally:
+            await bus.close()
