@@ -87,6 +87,7 @@ SECTIONS: list[tuple[str, list[type[msgspec.Struct]]]] = [
             m.Workspace,
             m.State,
             m.Event,
+            m.RejectedEvent,
         ],
     ),
 ]
