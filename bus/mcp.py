@@ -7,8 +7,10 @@ Configuration comes from the environment: `MEMBUS_NATS_URL` (default
 nats://127.0.0.1:4222), `MEMBUS_NAMESPACE` (default `default`), and the identity the server
 puts on every request so that a model never passes it: `MEMBUS_WORKFLOW_ID`,
 `MEMBUS_WORKSPACE`, `MEMBUS_AGENT_ID`, `MEMBUS_SESSION_ID`; `MEMBUS_TIMEOUT` (seconds per
-request, default 5). The server talks to the handlers over NATS only. Logs go to stderr:
-on stdio, stdout is the MCP channel.
+request, default 5). Behind per-agent NATS users (deploy/nats): the user and password go in
+the URL (`nats://user:password@host:4222`), `MEMBUS_TRUST` is the agent's trust level
+(default full) and `MEMBUS_INBOX_PREFIX` its private inbox prefix. The server talks to the
+handlers over NATS only. Logs go to stderr: on stdio, stdout is the MCP channel.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from bus.tools import (
     system_prompt,
     tool_specs,
 )
-from contracts.subjects import DEFAULT_NAMESPACE, is_valid_namespace
+from contracts.subjects import DEFAULT_NAMESPACE, FULL_TRUST, TRUST_LEVELS, is_valid_namespace
 
 log = structlog.get_logger("membus.mcp")
 
@@ -61,6 +63,8 @@ class McpSettings:
     agent_id: str | None = None
     session_id: str | None = None
     timeout: float = 5.0
+    trust: str = FULL_TRUST
+    inbox_prefix: str | None = None
 
 
 def settings_from_env(env: Mapping[str, str] | None = None) -> McpSettings:
@@ -83,6 +87,9 @@ def settings_from_env(env: Mapping[str, str] | None = None) -> McpSettings:
             raise ValueError(f"MEMBUS_TIMEOUT={raw!r} is not a number of seconds") from None
         if not timeout > 0:
             raise ValueError(f"MEMBUS_TIMEOUT={raw!r} must be more than 0")
+    trust = get("MEMBUS_TRUST") or FULL_TRUST
+    if trust not in TRUST_LEVELS:
+        raise ValueError(f"MEMBUS_TRUST={trust!r} must be one of: {', '.join(TRUST_LEVELS)}")
     settings = McpSettings(
         nats_url=get("MEMBUS_NATS_URL") or DEFAULT_NATS_URL,
         namespace=namespace,
@@ -91,6 +98,8 @@ def settings_from_env(env: Mapping[str, str] | None = None) -> McpSettings:
         agent_id=get("MEMBUS_AGENT_ID"),
         session_id=get("MEMBUS_SESSION_ID"),
         timeout=timeout,
+        trust=trust,
+        inbox_prefix=get("MEMBUS_INBOX_PREFIX"),
     )
     _check_identity(settings)
     return settings
@@ -142,17 +151,22 @@ class Connection:
 
     async def _connect(self) -> None:
         s = self.settings
+        options: dict[str, Any] = {}
+        if s.inbox_prefix:
+            options["inbox_prefix"] = s.inbox_prefix
         try:
             bus = await MemoryBus.connect(
                 s.nats_url,
                 namespace=s.namespace,
                 timeout=s.timeout,
+                trust=s.trust,
                 connect_within=CONNECT_TIMEOUT_S,
                 name=f"membus-mcp:{s.agent_id or 'agent'}",
                 connect_timeout=2,
                 error_cb=_nats_error,
                 disconnected_cb=self._disconnected,
                 reconnected_cb=_nats_reconnected,
+                **options,
             )
         except (Unavailable, OSError, NatsError) as exc:
             log.warning("nats.unreachable", url=s.nats_url, error=type(exc).__name__)

@@ -358,3 +358,13 @@ def test_bus_timeout_is_an_asyncio_timeout_error() -> None:
     assert isinstance(err, TimeoutError)
     assert isinstance(err, bus_errors.BusError)
     assert err.code == "timeout"
+
+
+def test_mcp_settings_read_trust_and_inbox_prefix() -> None:
+    from bus.mcp import settings_from_env
+
+    s = settings_from_env({"MEMBUS_TRUST": "inner", "MEMBUS_INBOX_PREFIX": "_INBOX_bob"})
+    assert (s.trust, s.inbox_prefix) == ("inner", "_INBOX_bob")
+    assert settings_from_env({}).trust == "full"
+    with pytest.raises(ValueError, match="MEMBUS_TRUST"):
+        settings_from_env({"MEMBUS_TRUST": "root"})
