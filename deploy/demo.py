@@ -1,7 +1,8 @@
 """A short demo: two agents in two workflows share a preference and a decision through the
 bus, while a third agent subscribes to the namespace's events and prints them. Then the team
 changes its mind (a decision superseded by a newer one), and an assistant recalls memories
-before two turns of one session: the second turn gets no repeats. Last, a coding agent works
+before two turns of one session: the second turn gets no repeats. A lead writes a decision
+through JetStream, and a guest of lower trust sees only the social store. Last, a coding agent works
 in a workspace: it saves a state in one session and loads it in another, its wrapped tools
 leave searchable traces, and the same search runs through the MCP server's tools."""
 
@@ -98,6 +99,7 @@ async def run_demo(nats_url: str, namespace: str = "demo") -> None:
                 print(f"    {line}")
             print(f"    left out: {turn.left_out_recalled} already recalled this session")
 
+        await durable_demo(bus)
         await workspace_demo(bus, nats_url)
 
         with contextlib.suppress(TimeoutError):
@@ -105,6 +107,24 @@ async def run_demo(nats_url: str, namespace: str = "demo") -> None:
         follower.cancel()
         await events.close()
         print(f"\n== observer saw {seen} events\n")
+
+
+async def durable_demo(bus: MemoryBus) -> None:
+    print("\n== a durable write (JetStream), and a guest of lower trust")
+    lead = bus.agent(workflow_id="wf_789", agent_id="lead")
+    sub = await bus.nc.subscribe(f"mem.{bus.namespace}.events.wf_789.>")
+    await bus.nc.flush()
+    accepted = await lead.add("decision", "Release on Friday", durable=True)
+    print(f"  accepted by stream {accepted.stream} (seq {accepted.seq}): not lost from here on")
+    applied = json.loads((await sub.next_msg(timeout=10)).data)
+    await sub.unsubscribe()
+    print(f"  applied: {applied['action']} {applied['id']} (request_id {applied['request_id']})")
+    await lead.add("context", "Friday's release notes draft is in notes/rel.md", store="social")
+    guest = MemoryBus(bus.nc, bus.namespace, bus.timeout, owns=False, trust="familiar")
+    seen = await guest.agent(workflow_id="wf_789").search("release friday")
+    print(f"  a familiar-trust guest searching 'release friday' sees {len(seen.results)}:")
+    for h in seen.results:
+        print(f"    [{h.store}] {h.content}")
 
 
 async def workspace_demo(bus: MemoryBus, nats_url: str) -> None:
