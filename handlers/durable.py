@@ -125,6 +125,15 @@ class DurableWrites:
                 continue
             await asyncio.gather(*(self._apply(m) for m in msgs))
 
+    async def close(self) -> None:
+        """Drop the pull subscription: draining the connection would otherwise wait out its
+        timeout on it (a pull subscription has no pending messages to drain, only waiting
+        fetches). Writes not yet pulled stay in the stream for the other handlers."""
+        if self._sub is not None:
+            with contextlib.suppress(Exception):
+                await self._sub.unsubscribe()
+            self._sub = None
+
     async def _apply(self, msg: Msg) -> None:
         try:
             await self._apply_one(msg)

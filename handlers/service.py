@@ -233,6 +233,7 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
         if pulling is not None:
             # The batch in hand is finished and acknowledged; the rest stays in the stream.
             await asyncio.wait({pulling}, timeout=settings.drain_timeout_s)
+            await durable.close()
         await handler.drain(settings.drain_timeout_s)
         await nc.drain()
         await embedder.close()
