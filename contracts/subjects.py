@@ -21,6 +21,18 @@ NAMESPACE_PATTERN = r"^[A-Za-z0-9_-]{1,64}\Z"
 WORKFLOW_ID_PATTERN = r"^[A-Za-z0-9_-]{1,128}\Z"
 _NAMESPACE_RE = re.compile(NAMESPACE_PATTERN)
 
+# Workspaces and states: a full-trust agent's own working set (forbidden below full trust).
+WORKSPACE_OPERATIONS: tuple[str, ...] = (
+    "create_workspace",
+    "list_workspaces",
+    "load_workspace",
+    "update_workspace",
+    "archive_workspace",
+    "create_state",
+    "list_states",
+    "load_state",
+    "archive_state",
+)
 OPERATIONS: tuple[str, ...] = (
     "add",
     "search",
@@ -34,15 +46,7 @@ OPERATIONS: tuple[str, ...] = (
     "recall",
     "timeline",
     "people",
-    "create_workspace",
-    "list_workspaces",
-    "load_workspace",
-    "update_workspace",
-    "archive_workspace",
-    "create_state",
-    "list_states",
-    "load_state",
-    "archive_state",
+    *WORKSPACE_OPERATIONS,
     "capture",
 )
 

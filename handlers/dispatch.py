@@ -19,6 +19,7 @@ from contracts.subjects import (
     FULL_TRUST,
     NAMESPACE_PATTERN,
     REDUCED_TRUST,
+    WORKSPACE_OPERATIONS,
     is_valid_namespace,
     parse_request_subject,
 )
@@ -30,20 +31,7 @@ from handlers.ops.deps import ACCESS, Access, DurableWrite
 
 log = structlog.get_logger("membus.dispatch")
 
-# Workspaces and states are a full-trust agent's own working set.
-FULL_TRUST_ONLY = frozenset(
-    {
-        "create_workspace",
-        "list_workspaces",
-        "load_workspace",
-        "update_workspace",
-        "archive_workspace",
-        "create_state",
-        "list_states",
-        "load_state",
-        "archive_state",
-    }
-)
+FULL_TRUST_ONLY = frozenset(WORKSPACE_OPERATIONS)
 _decoders = {op: msgspec.json.Decoder(cls) for op, cls in REQUEST_TYPES.items()}
 _encoder = msgspec.json.Encoder()
 _UNKNOWN_FIELD_RE = re.compile(r"unknown field `([^`]*)`")
