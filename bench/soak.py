@@ -55,7 +55,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from bus import MemoryBus
+from bus import Accepted, MemoryBus
 from bus.client import AgentMemory
 from bus.errors import BusError
 from deploy.embedded import EmbeddedStack, wait_for_handlers
@@ -184,7 +184,10 @@ def add_kwargs(rng: random.Random, durable: bool) -> dict[str, Any]:
     if rng.random() < 0.1:
         kw["metadata"] = {"ticket": rng.randint(100, 9999), "step": rng.randint(1, 40)}
     if durable and rng.random() < 0.5:
+        # Its id is not known to the writer (JetStream acknowledges it, the event names it),
+        # so it is never deleted by the workload: a short TTL keeps the live set bounded.
         kw["durable"] = True
+        kw["ttl_s"] = rng.randint(30, 120)
     return kw
 
 
@@ -290,6 +293,8 @@ class Agent:
 
     async def add(self, durable: bool) -> None:
         rep = await self.mem.add(**add_kwargs(self.rng, durable))
+        if isinstance(rep, Accepted):  # durable: in the stream; applied by a handler soon
+            return
         if rep.duplicate_of is None:
             exp = rep.expires_at.timestamp() if rep.expires_at else None
             self.owned.items.append((rep.id, exp))
