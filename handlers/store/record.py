@@ -152,9 +152,15 @@ def workspace_tag(name: str) -> str:
     return hashlib.sha256(name.encode()).hexdigest()[:24]
 
 
+# Control characters: RediSearch's query parser cannot take them in a tag value, even
+# escaped (a fuzzed `people` filter with U+0000 or U+007F gave a syntax error).
+_CONTROL = dict.fromkeys([*range(0x20), 0x7F], " ")
+
+
 def person_tag(name: str) -> str:
-    """How a name is indexed and matched: lower-cased, without the separator."""
-    return " ".join(name.replace(PEOPLE_SEPARATOR, " ").lower().split())
+    """How a name is indexed and matched: lower-cased, without the separator or control
+    characters, runs of blanks as one space."""
+    return " ".join(name.replace(PEOPLE_SEPARATOR, " ").translate(_CONTROL).lower().split())
 
 
 # What a read of a whole record asks for. `expires_at` first: the read and delete scripts
