@@ -39,7 +39,7 @@ from handlers.ops.workspaces import state_is_immutable, workspace_not_found
 from handlers.store.filters import ReadScope, in_store, read_filter
 from handlers.store.ids import derived_id, new_id
 from handlers.store.record import Record
-from handlers.store.store import Immutable
+from handlers.store.store import AlreadyApplied, Immutable
 
 # clear_by_type deletes in batches this small, so that Redis (which runs each batch's script
 # alone) keeps serving others between them, and stops after CLEAR_BUDGET_S, so that one call
@@ -200,6 +200,10 @@ async def add(ns: str, req: AddRequest, deps: Deps) -> AddReply:
         workspace=req.workspace,
         store=store,
     )
+    if write is not None and (done := await deps.store.read(ns, rec.id, now)) is not None:
+        # A durable add applied before (its mark lost with a handler): nothing to do, and no
+        # dedup either, which would count the memory as a mention of itself.
+        return _added(done)
     if req.dedup != "semantic":
         reply = await _write(ns, req, rec, vec, deps)
     else:
@@ -218,7 +222,12 @@ async def add(ns: str, req: AddRequest, deps: Deps) -> AddReply:
 
 async def _write(ns: str, req: AddRequest, rec: Record, vec: np.ndarray, deps: Deps) -> AddReply:
     now = rec.created_at
-    repeat = await deps.store.add(ns, rec, vec, now, entry("added", now, req, req.agent_id))
+    try:
+        repeat = await deps.store.add(ns, rec, vec, now, entry("added", now, req, req.agent_id))
+    except AlreadyApplied:
+        # A durable add redelivered after it was written: it changes nothing and says nothing.
+        done = await deps.store.read(ns, rec.id, now)
+        return _added(done or rec)
     if repeat is not None:
         return await _repeated(ns, repeat, deps, now)
     await publish_event(deps, ns, "added", rec, now)

@@ -108,10 +108,12 @@ return out
 # record key. ARGV: now, expires (ms, or 0 for permanent), record key prefix, history key
 # prefix, the history entry, n, the n fields to return of a repeated memory, then the new
 # record's field/value pairs. Returns false when it wrote the new memory, else the repeated
-# memory's field values.
+# memory's field values; 1 when the new record's key exists already: a durable write applied
+# again (its id derives from its request id), which must change nothing.
 ADD_LUA = _script(
     """
 local dkey, rec = KEYS[1], KEYS[2]
+if redis.call('EXISTS', rec) == 1 then return 1 end
 local now = tonumber(ARGV[1])
 local n = tonumber(ARGV[6])
 local existing = false

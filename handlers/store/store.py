@@ -138,6 +138,14 @@ class Immutable(Exception):
         self.memory_id = memory_id
 
 
+class AlreadyApplied(Exception):
+    """The memory an add would create exists already: the same durable write, again."""
+
+    def __init__(self, memory_id: str) -> None:
+        super().__init__(memory_id)
+        self.memory_id = memory_id
+
+
 class Store:
     """Namespace indexes and every Redis read and write of the service."""
 
@@ -204,6 +212,8 @@ class Store:
             out = await self._add(
                 keys=[dedup, keys.record_key(ns, rec.id)], args=args + _args(fields)
             )
+        if out == 1:
+            raise AlreadyApplied(rec.id)
         return _record(RECORD_FIELDS, out) if out else None
 
     async def mention(

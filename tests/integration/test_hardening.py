@@ -147,3 +147,33 @@ async def test_idle_pooled_connections_survive_a_redis_restart() -> None:
             assert [o for o in outcomes if isinstance(o, BaseException)] == []
         finally:
             await bus.close()
+
+
+async def test_a_durable_add_applied_again_changes_nothing(bus: MemoryBus, in_process) -> None:
+    # A handler that dies between a durable write and its done-mark leaves the write to be
+    # applied again: the memory (its id derived from the request id) must not be counted as
+    # a mention of itself, whatever the dedup mode, nor announced twice.
+    from handlers.dispatch import dispatch
+    from handlers.ops.deps import DurableWrite
+
+    sub = await bus.nc.subscribe(f"mem.{bus.namespace}.events.wf_again.>")
+    await bus.nc.flush()
+    for dedup in ("exact", "semantic", "none"):
+        body = {"type": "context", "content": f"applied twice, {dedup}", "workflow_id": "wf_again"}
+        raw = json.dumps({**body, "dedup": dedup}).encode()
+        write = DurableWrite(f"req-again-{dedup}", 1_760_000_000_000)
+        for _ in range(2):
+            _, error = await dispatch(
+                "add", f"memq.{bus.namespace}.add", raw, in_process.deps, write
+            )
+            assert error is None
+    listed = await bus.agent(workflow_id="wf_again").list(limit=10)
+    assert sorted((m.content, m.mention_count) for m in listed.memories) == [
+        ("applied twice, exact", 1),
+        ("applied twice, none", 1),
+        ("applied twice, semantic", 1),
+    ]
+    await bus.nc.flush()
+    await asyncio.sleep(0.2)
+    assert sub.pending_msgs == 3  # one `added` each
+    await sub.unsubscribe()
