@@ -19,7 +19,6 @@ import asyncio
 import base64
 import heapq
 import json
-import logging
 import sys
 import time
 from collections import Counter
@@ -27,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 import nats
-import structlog
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
@@ -37,6 +35,7 @@ import fuzzing  # noqa: E402
 from fuzzing import Outcome  # noqa: E402
 
 from deploy.embedded import EmbeddedStack  # noqa: E402
+from handlers.logs import configure_logging  # noqa: E402
 from handlers.ops import Deps  # noqa: E402
 from handlers.service import make_deps, make_embedder, redis_client  # noqa: E402
 from handlers.settings import load_settings  # noqa: E402
@@ -45,18 +44,7 @@ from handlers.settings import load_settings  # noqa: E402
 def log_errors_to(path: Path) -> Any:
     """The handler's error logs (tracebacks of `internal` replies) as JSON lines in a file."""
     fh = path.open("w", encoding="utf-8")
-    structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
-            structlog.processors.JSONRenderer(),
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
-        logger_factory=structlog.PrintLoggerFactory(file=fh),
-        cache_logger_on_first_use=False,
-    )
+    configure_logging("warning", fh)
     return fh
 
 

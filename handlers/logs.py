@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import TextIO
 
 import structlog
 
 
-def configure_logging(level: str = "info") -> None:
+def configure_logging(level: str = "info", file: TextIO | None = None) -> None:
+    """Log at `level` and above to `file` (default stderr)."""
+    file = file or sys.stderr
     renderer: structlog.typing.Processor
-    if sys.stderr.isatty():
+    if file.isatty():
         renderer = structlog.dev.ConsoleRenderer()
     else:
         renderer = structlog.processors.JSONRenderer()
@@ -25,6 +28,6 @@ def configure_logging(level: str = "info") -> None:
         wrapper_class=structlog.make_filtering_bound_logger(
             logging.getLevelNamesMapping().get(level.upper(), logging.INFO)
         ),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=file),
         cache_logger_on_first_use=True,
     )

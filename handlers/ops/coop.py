@@ -30,8 +30,6 @@ NEWEST_IDS = 5
 
 
 def _sees(scope: ReadScope, rec: Record) -> bool:
-    if scope.stores is not None and (rec.store or "private") not in scope.stores:
-        return False
     if rec.workflow_id is None:
         return scope.general
     return rec.workflow_id == scope.workflow_id
@@ -49,7 +47,7 @@ async def timeline(
     now = deps.clock()
     scope = read_scope(req.scope, req.workflow_id, stores=deps.access.stores)
     anchor = await deps.store.read(ns, req.anchor, now)
-    if anchor is None or not _sees(scope, anchor):
+    if anchor is None or not deps.access.sees(anchor.store) or not _sees(scope, anchor):
         raise NotFound(
             f'Memory "{req.anchor}" is not in this scope (no such id, expired, or stored in'
             f" another workflow). Use mem.{ns}.list or mem.{ns}.search to find an anchor."
@@ -82,9 +80,8 @@ async def timeline(
 
 async def people(ns: str, req: PeopleRequest, deps: Deps) -> PeopleReply:
     now = deps.clock()
-    where = read_filter(now, read_scope(req.scope, req.workflow_id, stores=deps.access.stores)) & (
-        Tag("has_people") == "1"
-    )
+    scope = read_scope(req.scope, req.workflow_id, stores=deps.access.stores)
+    where = read_filter(now, scope) & (Tag("has_people") == "1")
     found = await deps.store.page(ns, where, Mentions, offset=0, limit=PEOPLE_SCAN)
     wanted = person_tag(req.query) if req.query else None
     seen: dict[str, Person] = {}

@@ -27,9 +27,8 @@ class Access:
         """The stores a read is cut to; None for full trust, which sees them all."""
         return None if self.trust == FULL_TRUST else self.visible
 
-    def sees(self, store: str | None) -> bool:
-        # A memory from before stores existed has none: it is private.
-        return (store or "private") in self.visible
+    def sees(self, store: str) -> bool:
+        return store in self.visible
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,7 +29,7 @@ async def publish_event(
         at=ms_to_dt(at_ms),
         preview=preview(rec.content),
         workspace=rec.workspace if rec.workspace is not None else msgspec.UNSET,
-        store=rec.store or "private",  # type: ignore[arg-type]
+        store=rec.store,  # type: ignore[arg-type]
         request_id=deps.write.request_id if deps.write is not None else msgspec.UNSET,
     )
     subject = event_subject(ns, rec.workflow_id, rec.type, action)

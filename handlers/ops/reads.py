@@ -80,17 +80,16 @@ async def list_(ns: str, req: ListRequest, deps: Deps) -> ListReply | CompactLis
 async def get(ns: str, req: GetRequest, deps: Deps) -> GetReply:
     unique = list(dict.fromkeys(req.ids))
     now = deps.clock()
-    if deps.access.stores is None:
-        found = await deps.store.fetch(ns, unique, now)
-        by_id = {mid: f for mid, f in zip(unique, found, strict=True) if f is not None}
-    else:
-        # Counted as accessed only where seen: a memory of another store stays untouched.
-        found = await deps.store.fetch(ns, unique, now, count_access=False)
-        by_id = {
-            mid: f
-            for mid, f in zip(unique, found, strict=True)
-            if f is not None and deps.access.sees(f.record.store)
-        }
+    # Full trust sees every store, so the read counts its accesses itself; below it, only
+    # the memories seen are counted: one of another store stays untouched.
+    sees_all = deps.access.stores is None
+    found = await deps.store.fetch(ns, unique, now, count_access=sees_all)
+    by_id = {
+        mid: f
+        for mid, f in zip(unique, found, strict=True)
+        if f is not None and deps.access.sees(f.record.store)
+    }
+    if not sees_all:
         await deps.store.touch(ns, list(by_id), now)
     return GetReply(
         # Each distinct id once, in the order first asked for.

@@ -39,7 +39,7 @@ def _fields(rec: Record, access_count: int, last_accessed_ms: int | None) -> dic
         "related_people": rec.related_people,
         "superseded_by": rec.superseded_by,
         "workspace": rec.workspace,
-        "store": rec.store or "private",
+        "store": rec.store,
     }
 
 

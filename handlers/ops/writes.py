@@ -55,7 +55,7 @@ def content_hash(
     title: str | None = None,
     facts: list[str] | tuple[str, ...] = (),
     workspace: str | None = None,
-    store: str | None = None,
+    store: str = "private",
 ) -> str:
     """Exact-dedup key: the normalised content (case and runs of whitespace ignored) within
     one type, one scope (a workflow, or general), one workspace (or none) and one store. An
@@ -71,7 +71,7 @@ def content_hash(
     # Outside any workspace the key is what it was before workspaces existed.
     where = f"{workflow_id or ''}" + ("" if workspace is None else f"\0ws\0{workspace}")
     # In the private store too (a full-trust agent's default).
-    if store not in (None, "private"):
+    if store != "private":
         where += f"\0store\0{store}"
     raw = f"{type_}\0{where}\0{normal}".encode()
     return hashlib.sha256(raw).hexdigest()[:32]
@@ -131,7 +131,7 @@ def target_store(req: AddRequest, deps: Deps) -> str:
     caller's default."""
     access = deps.access
     store = req.store or access.default_store or ""
-    if not access.sees(store) or not store:
+    if not access.sees(store):
         raise Forbidden(
             f'At trust "{access.trust}" you cannot write to the {store or "any"} store; you'
             f" see: {', '.join(access.visible) or 'none'}. Leave `store` out to write to"
@@ -166,6 +166,12 @@ async def add(ns: str, req: AddRequest, deps: Deps) -> AddReply:
     )
     check_content(content, composed=composed)
     metadata = check_metadata(req.metadata)
+    write = deps.write
+    durable_id = None if write is None else derived_id(write.published_ms, write.request_id)
+    if durable_id is not None and (done := await deps.store.read(ns, durable_id, deps.clock())):
+        # A durable add applied before (its mark lost with a handler): nothing to do, no
+        # embedding, and no dedup, which would count the memory as a mention of itself.
+        return _added(done)
     vec = await request_vector(ns, deps, text=content, given=req.embedding)
     now = deps.clock()
     workflow_id = storage_workflow(cfg, req.scope, req.workflow_id)
@@ -176,9 +182,8 @@ async def add(ns: str, req: AddRequest, deps: Deps) -> AddReply:
             req.type, workflow_id, content, req.title, req.facts, req.workspace, store
         )
     )
-    write = deps.write
     rec = Record(
-        id=new_id(now) if write is None else derived_id(write.published_ms, write.request_id),
+        id=durable_id or new_id(now),
         type=req.type,
         content=content,
         tags=tuple(req.tags),
@@ -200,10 +205,6 @@ async def add(ns: str, req: AddRequest, deps: Deps) -> AddReply:
         workspace=req.workspace,
         store=store,
     )
-    if write is not None and (done := await deps.store.read(ns, rec.id, now)) is not None:
-        # A durable add applied before (its mark lost with a handler): nothing to do, and no
-        # dedup either, which would count the memory as a mention of itself.
-        return _added(done)
     if req.dedup != "semantic":
         reply = await _write(ns, req, rec, vec, deps)
     else:
@@ -225,7 +226,8 @@ async def _write(ns: str, req: AddRequest, rec: Record, vec: np.ndarray, deps: D
     try:
         repeat = await deps.store.add(ns, rec, vec, now, entry("added", now, req, req.agent_id))
     except AlreadyApplied:
-        # A durable add redelivered after it was written: it changes nothing and says nothing.
+        # The same durable add, written meanwhile by another handler (its claim lapsed while
+        # this one was still at work; `add` checks first otherwise): nothing more to do.
         done = await deps.store.read(ns, rec.id, now)
         return _added(done or rec)
     if repeat is not None:

@@ -61,9 +61,9 @@ class Record(Summary, kw_only=True):
     superseded_by: str | None = None
     # The name of the workspace it belongs to.
     workspace: str | None = None
-    # Its trust-gated store: private, shared or social (None: written before stores
-    # existed, which is private).
-    store: str | None = None
+    # Its trust-gated store: private, shared or social. A hash written before stores existed
+    # has no such field and decodes as private.
+    store: str = "private"
 
 
 class Candidate(

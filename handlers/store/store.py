@@ -404,12 +404,22 @@ class Store:
 
     async def types(self, ns: str, ids: list[str]) -> list[str | None]:
         """The type of each memory (None where there is no such memory)."""
+        return [type_ for type_, _ in await self._type_and_store(ns, ids)]
+
+    async def stores(self, ns: str, ids: list[str]) -> list[str | None]:
+        """The store of each memory (None where there is no such memory; `private` for one
+        written before stores existed)."""
+        return [store for _, store in await self._type_and_store(ns, ids)]
+
+    async def _type_and_store(self, ns: str, ids: list[str]) -> list[tuple[str | None, ...]]:
         async with self._guard():
             pipe = self.client.pipeline(transaction=False)
             for mid in ids:
-                pipe.hget(keys.record_key(ns, mid), "type")
+                pipe.hmget(keys.record_key(ns, mid), ["type", "store"])
             raw = await pipe.execute()
-        return [text(t) if t is not None else None for t in raw]
+        return [
+            (None, None) if t is None else (text(t), text(st) if st else "private") for t, st in raw
+        ]
 
     # ------------------------------------------------------------- durable writes
 
@@ -431,16 +441,6 @@ class Store:
         """Give a claim back (the write failed and will be redelivered)."""
         async with self._guard():
             await self.client.delete(keys.applied_key(ns, request_id))
-
-    async def stores(self, ns: str, ids: list[str]) -> list[str | None]:
-        """The store of each memory (None where there is no such memory; `private` for one
-        written before stores existed)."""
-        async with self._guard():
-            pipe = self.client.pipeline(transaction=False)
-            for mid in ids:
-                pipe.hmget(keys.record_key(ns, mid), ["type", "store"])
-            raw = await pipe.execute()
-        return [None if t is None else text(st) if st else "private" for t, st in raw]
 
     async def vectors(self, ns: str, ids: list[str]) -> dict[str, np.ndarray]:
         """Stored embeddings by id (for candidates that the vector query did not return)."""
