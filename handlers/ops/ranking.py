@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from handlers.settings import RankWeights
 
 DAY_MS = 24 * 3600 * 1000
@@ -50,3 +52,30 @@ def fuse_linear(cos: float, text: float, alpha: float) -> float:
 def rrf(ranks: list[int | None], k: int = RRF_K) -> float:
     """Reciprocal-rank fusion of 1-based ranks (None: absent from that list)."""
     return sum(1.0 / (k + r) for r in ranks if r is not None)
+
+
+def mmr_order(scores: np.ndarray, vectors: np.ndarray, weight: float) -> list[int]:
+    """Greedy maximal marginal relevance: the order in which to take candidates (scores best
+    first, rows of unit vectors; a zero row is a candidate with no vector, never redundant).
+    Each step takes the best `weight*score - (1-weight)*redundancy`, where redundancy is the
+    highest cosine to a candidate already taken (none before the first vector is taken).
+    One matrix product and O(n) vector work a step, instead of O(n^2) dot products a step."""
+    n = len(scores)
+    sims = vectors @ vectors.T
+    has = np.any(vectors != 0, axis=1)
+    gain = weight * scores.astype(np.float64)
+    redundancy = np.zeros(n)
+    seen = False  # whether a candidate with a vector was taken yet
+    left = np.ones(n, dtype=bool)
+    order: list[int] = []
+    for _ in range(n):
+        value = gain - (1.0 - weight) * redundancy if seen else gain.copy()
+        value[~left] = -np.inf
+        best = int(np.argmax(value))  # the first of equals: the better-ranked one
+        order.append(best)
+        left[best] = False
+        if has[best]:
+            # Candidates without a vector have a zero row: their redundancy stays 0.
+            redundancy = sims[best] if not seen else np.maximum(redundancy, sims[best])
+            seen = True
+    return order

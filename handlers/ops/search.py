@@ -238,24 +238,14 @@ async def _diversified(
     """Maximal marginal relevance over the best `depth` candidates (greedy)."""
     head, tail = ranked[:depth], ranked[depth:]
     stored = await deps.store.vectors(ns, [r.id for r in head])
-    unit = {mid: v / n for mid, v in stored.items() if (n := float(np.linalg.norm(v))) > 0}
-    picked: list[Ranked] = []
-    chosen: list[np.ndarray] = []
-    while head:
-
-        def value(r: Ranked, chosen: list[np.ndarray] = chosen) -> float:
-            vec = unit.get(r.id)
-            if vec is None or not chosen:
-                return weight * r.score
-            redundancy = max(float(np.dot(vec, c)) for c in chosen)
-            return weight * r.score - (1.0 - weight) * redundancy
-
-        best = max(head, key=value)
-        picked.append(best)
-        head.remove(best)
-        if best.id in unit:
-            chosen.append(unit[best.id])
-    return picked + tail
+    dim = max((len(v) for v in stored.values()), default=0)
+    vectors = np.zeros((len(head), dim), np.float32)
+    for i, r in enumerate(head):
+        v = stored.get(r.id)
+        if v is not None and len(v) == dim and (n := float(np.linalg.norm(v))) > 0:
+            vectors[i] = v / n
+    scores = np.fromiter((r.score for r in head), np.float64, len(head))
+    return [head[i] for i in ranking.mmr_order(scores, vectors, weight)] + tail
 
 
 async def _nothing() -> list[Candidate]:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from contracts.types import DEFAULT_TYPES
+from handlers.ops import ranking
 from handlers.ops.ranking import DAY_MS, overfetch, recency, score, similarity
 from handlers.ops.scoping import read_scope, storage_workflow
 from handlers.settings import RankWeights
@@ -242,3 +244,54 @@ def test_workspace_tags_are_exact_and_need_no_escaping() -> None:
     tags = [workspace_tag(n) for n in names]
     assert len(set(tags)) == len(names)
     assert all(t.isalnum() and t == t.lower() for t in tags)
+
+
+def _mmr_reference(scores: list[float], vectors: list[np.ndarray | None], w: float) -> list[int]:
+    """The plain greedy MMR that `mmr_order` vectorises (the handler's former code)."""
+    left = list(range(len(scores)))
+    chosen: list[np.ndarray] = []
+    order = []
+    while left:
+
+        def value(i: int) -> float:
+            vec = vectors[i]
+            if vec is None or not chosen:
+                return w * scores[i]
+            return w * scores[i] - (1 - w) * max(float(np.dot(vec, c)) for c in chosen)
+
+        best = max(left, key=value)
+        order.append(best)
+        left.remove(best)
+        if vectors[best] is not None:
+            chosen.append(vectors[best])
+    return order
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_mmr_order_matches_the_plain_greedy_algorithm(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n, dim = int(rng.integers(1, 60)), int(rng.integers(2, 16))
+    weight = float(rng.choice([0.0, 0.3, 0.7, 1.0]))
+    # Coarse scores and near-duplicate vectors, so ties and redundancy both decide.
+    scores = sorted(np.round(rng.random(n), 1).tolist(), reverse=True)
+    base = rng.normal(size=(4, dim))
+    vectors: list[np.ndarray | None] = []
+    for _ in range(n):
+        if rng.random() < 0.15:
+            vectors.append(None)
+            continue
+        v = base[rng.integers(4)] + 0.1 * rng.normal(size=dim)
+        vectors.append((v / np.linalg.norm(v)).astype(np.float32))
+    matrix = np.zeros((n, dim), np.float32)
+    for i, v in enumerate(vectors):
+        if v is not None:
+            matrix[i] = v
+    got = ranking.mmr_order(np.array(scores), matrix, weight)
+    assert got == _mmr_reference(scores, vectors, weight)
+
+
+def test_mmr_order_pushes_a_near_duplicate_below_a_distinct_memory() -> None:
+    a = np.array([1.0, 0.0], np.float32)
+    b = np.array([0.0, 1.0], np.float32)
+    order = ranking.mmr_order(np.array([0.9, 0.89, 0.5]), np.stack([a, a, b]), 0.5)
+    assert order == [0, 2, 1]
