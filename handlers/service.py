@@ -235,6 +235,7 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
             await asyncio.wait({pulling}, timeout=settings.drain_timeout_s)
             await durable.close()
         await handler.drain(settings.drain_timeout_s)
+        await deps.store.settle()
         await nc.drain()
         await embedder.close()
         await client.aclose()

@@ -61,21 +61,28 @@ def mmr_order(scores: np.ndarray, vectors: np.ndarray, weight: float) -> list[in
     highest cosine to a candidate already taken (none before the first vector is taken).
     One matrix product and O(n) vector work a step, instead of O(n^2) dot products a step."""
     n = len(scores)
-    sims = vectors @ vectors.T
+    sims = (vectors @ vectors.T).astype(np.float64)
     has = np.any(vectors != 0, axis=1)
     gain = weight * scores.astype(np.float64)
+    penalty = 1.0 - weight
     redundancy = np.zeros(n)
+    value = np.empty(n)
     seen = False  # whether a candidate with a vector was taken yet
-    left = np.ones(n, dtype=bool)
     order: list[int] = []
     for _ in range(n):
-        value = gain - (1.0 - weight) * redundancy if seen else gain.copy()
-        value[~left] = -np.inf
-        best = int(np.argmax(value))  # the first of equals: the better-ranked one
+        if seen:
+            np.multiply(redundancy, penalty, out=value)
+            np.subtract(gain, value, out=value)
+            best = int(np.argmax(value))  # the first of equals: the better-ranked one
+        else:
+            best = int(np.argmax(gain))
         order.append(best)
-        left[best] = False
+        gain[best] = -np.inf  # taken
         if has[best]:
             # Candidates without a vector have a zero row: their redundancy stays 0.
-            redundancy = sims[best] if not seen else np.maximum(redundancy, sims[best])
+            if seen:
+                np.maximum(redundancy, sims[best], out=redundancy)
+            else:
+                np.copyto(redundancy, sims[best])
             seen = True
     return order

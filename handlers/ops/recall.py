@@ -90,7 +90,7 @@ async def recall(ns: str, req: RecallRequest, deps: Deps) -> RecallReply:
             lines.append(line)
         given = {r.id: units.get(r.id) for r in results}
         await deps.store.session_recalled(ns, sid, turn, given, stale, ttl_s)
-    await deps.store.touch(ns, list(given), now)
+    deps.store.touch_later(ns, list(given), now)
     return RecallReply(
         turn=turn,
         results=results,

@@ -264,9 +264,9 @@ async def _winners(
     while ranked and len(results) < req.limit:
         want = req.limit - len(results)
         batch, ranked = ranked[:want], ranked[want:]
-        # With a budget, which records fit is known only after reading them: count the
-        # access afterwards, for those returned.
-        found = await deps.store.fetch(ns, [r.id for r in batch], now, budget is None)
+        # Accesses are counted after the reply, for those returned (with a budget, which
+        # records fit is known only after reading them).
+        found = await deps.store.fetch(ns, [r.id for r in batch], now, count_access=False)
         for r, f in zip(batch, found, strict=True):
             if f is None:
                 continue
@@ -284,6 +284,5 @@ async def _winners(
                     text_score=r.text,
                 )
             )
-    if budget is not None:
-        await deps.store.touch(ns, [r.id for r in results], now)
+    deps.store.touch_later(ns, [r.id for r in results], now)
     return results

@@ -27,16 +27,17 @@ def pairs(flat: list[Any]) -> dict[str, str]:
 def parse_search(raw: Any, with_scores: bool = False) -> Found:
     """Parse a raw FT.SEARCH reply (RESP2 or RESP3); a score lands in the `__score` field."""
     if isinstance(raw, dict):  # RESP3
-        rows = raw.get(b"results", raw.get("results")) or []
+        if b"results" not in raw:  # a client that decodes replies itself
+            return _parse_search_text(raw, with_scores)
+        # The hot path: every field of every candidate goes through here, so bytes are
+        # decoded inline rather than through `text()`.
         docs = []
-        for row in rows:
-            attrs = row.get(b"extra_attributes", row.get("extra_attributes")) or {}
-            fields = {text(k): text(v) for k, v in attrs.items()}
-            score = row.get(b"score", row.get("score"))
-            if with_scores and score is not None:
+        for row in raw[b"results"]:
+            fields = {k.decode(): v.decode() for k, v in row[b"extra_attributes"].items()}
+            if with_scores and (score := row.get(b"score")) is not None:
                 fields["__score"] = text(score)
-            docs.append((text(row.get(b"id", row.get("id"))), fields))
-        return Found(int(raw.get(b"total_results", raw.get("total_results")) or 0), docs)
+            docs.append((row[b"id"].decode(), fields))
+        return Found(int(raw[b"total_results"]), docs)
     total, rest = int(raw[0]), raw[1:]
     step = 3 if with_scores else 2
     if rest and not with_scores and not isinstance(rest[1 if len(rest) > 1 else 0], list):
@@ -48,6 +49,17 @@ def parse_search(raw: Any, with_scores: bool = False) -> Found:
             fields["__score"] = text(rest[i + 1])
         docs.append((text(rest[i]), fields))
     return Found(total, docs)
+
+
+def _parse_search_text(raw: dict[Any, Any], with_scores: bool) -> Found:
+    rows = raw.get("results") or []
+    docs = []
+    for row in rows:
+        fields = {text(k): text(v) for k, v in (row.get("extra_attributes") or {}).items()}
+        if with_scores and row.get("score") is not None:
+            fields["__score"] = text(row["score"])
+        docs.append((text(row["id"]), fields))
+    return Found(int(raw.get("total_results") or 0), docs)
 
 
 def parse_row(raw: list[Any]) -> dict[str, Any]:

@@ -63,6 +63,14 @@ end
 return out
 """)
 
+# One hash field of many keys in one command (a pipeline of HGETs costs the client more
+# than Redis): the embeddings of candidates. ARGV[1] is the field; false where missing.
+FIELD_LUA = """
+local out = {}
+for i = 1, #KEYS do out[i] = redis.call('HGET', KEYS[i], ARGV[1]) end
+return out
+"""
+
 # Delete live memories (record, access and dedup keys) and return each one's fields,
 # atomically, so that two concurrent deletes report (and publish) each memory once. The
 # history gets a `deleted` entry and outlives the memory by ARGV[4] ms. Memories of the

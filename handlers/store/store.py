@@ -55,6 +55,7 @@ from handlers.store.scripts import (
     ADD_LUA,
     DELETE_LUA,
     FETCH_LUA,
+    FIELD_LUA,
     MENTION_LUA,
     SUPERSEDE_LUA,
     UPDATE_LUA,
@@ -156,12 +157,14 @@ class Store:
         self.spaces = Spaces(client, self._guard)
         self._policy = HybridPolicy()
         self._fetch = client.register_script(FETCH_LUA)
+        self._field = client.register_script(FIELD_LUA)
         self._delete = client.register_script(DELETE_LUA)
         self._add = client.register_script(ADD_LUA)
         self._mention = client.register_script(MENTION_LUA)
         self._update = client.register_script(UPDATE_LUA)
         self._supersede = client.register_script(SUPERSEDE_LUA)
         self._dropping = False
+        self._background: set[asyncio.Future[None]] = set()
         self._locks = Locks(client, self._guard)
 
     async def meta(self, ns: str) -> NamespaceMeta:
@@ -394,6 +397,25 @@ class Store:
             )
         return found
 
+    def touch_later(self, ns: str, ids: list[str], now_ms: int) -> None:
+        """Count an access to each live memory, after the reply: access counters are
+        bookkeeping that no reply waits for (a failure is logged, not raised)."""
+        if not ids:
+            return
+        task = asyncio.ensure_future(self.touch(ns, ids, now_ms))
+        self._background.add(task)
+        task.add_done_callback(self._touched)
+
+    def _touched(self, task: asyncio.Future[None]) -> None:
+        self._background.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("store.touch_failed", error=repr(task.exception()))
+
+    async def settle(self) -> None:
+        """Wait for the access counts still being written (at shutdown)."""
+        if self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)
+
     async def touch(self, ns: str, ids: list[str], now_ms: int) -> None:
         """Count an access to each live memory."""
         if ids:
@@ -447,10 +469,9 @@ class Store:
         if not ids:
             return {}
         async with self._guard():
-            pipe = self.client.pipeline(transaction=False)
-            for mid in ids:
-                pipe.hget(keys.record_key(ns, mid), VECTOR_FIELD)
-            raw = await pipe.execute()
+            raw = await self._field(
+                keys=[keys.record_key(ns, mid) for mid in ids], args=[VECTOR_FIELD]
+            )
         return {
             mid: np.frombuffer(blob, dtype=np.float32)
             for mid, blob in zip(ids, raw, strict=True)

@@ -31,6 +31,10 @@ class InProcess:
         if parsed is None or parsed[1] not in OPERATIONS:
             raise NoRespondersError  # no handler subscribes to that subject
         body, error = await dispatch(parsed[1], subject, payload, self.deps)
+        # A handler counts accesses after its reply (Store.touch_later), and the reply's
+        # trip through NATS gives that time to land before the caller's next request; here
+        # the reply comes back at once, so wait for it.
+        await self.deps.store.settle()
         headers = None
         if error is not None:
             headers = {ERROR_HEADER: error.message, ERROR_CODE_HEADER: error.status}
