@@ -25,7 +25,7 @@ from handlers.store.record import Record, Summary
 async def describe(ns: str, req: DescribeRequest, deps: Deps) -> DescribeReply:
     scope = read_scope(req.scope, req.workflow_id, req.workspace, deps.access.stores)
     meta = await deps.store.meta(ns)
-    groups = await deps.store.aggregate(ns, read_filter(deps.clock(), scope))
+    groups = await deps.store.summary(ns, scope, deps.clock())
     by_type: dict[str, int] = {}
     tags: set[str] = set()
     general_count = workflow_count = 0

@@ -54,6 +54,12 @@ def history_prefix(ns: str) -> str:
     return history_key(ns, "")
 
 
+def generation_key(ns: str) -> str:
+    """A counter every write that changes what `describe` reports counts up (adds, updates,
+    deletes): a cached summary is current while it has not moved (see `summaries`)."""
+    return f"{ROOT}:{ns}:gen"
+
+
 def session_key(ns: str, session_id: str) -> str:
     """A session's recall state: its turn counter (`turn`) and, per memory id, the turn it
     was last recalled in. Any handler serves any turn; the key's TTL slides with each turn."""

@@ -122,6 +122,8 @@ class TypeGroup(msgspec.Struct, kw_only=True):
     tags: list[str] = []  # each a memory's comma-joined tags
     oldest: float
     newest: float
+    # The earliest expiry among them (until when a cached summary stays exact).
+    expiry: float = float("inf")
 
     def tag_set(self) -> set[str]:
         return {t for raw in self.tags for t in raw.split(",") if t}

@@ -33,7 +33,8 @@ def parse_search(raw: Any, with_scores: bool = False) -> Found:
         # decoded inline rather than through `text()`.
         docs = []
         for row in raw[b"results"]:
-            fields = {k.decode(): v.decode() for k, v in row[b"extra_attributes"].items()}
+            attrs = row.get(b"extra_attributes") or {}  # none with NOCONTENT
+            fields = {k.decode(): v.decode() for k, v in attrs.items()}
             if with_scores and (score := row.get(b"score")) is not None:
                 fields["__score"] = text(score)
             docs.append((row[b"id"].decode(), fields))

@@ -76,7 +76,8 @@ return out
 # history gets a `deleted` entry and outlives the memory by ARGV[4] ms. Memories of the
 # immutable type ARGV[5] (states) are never deleted: if one is among them, nothing is, and
 # the result is {'immutable', its id}.
-# KEYS: record, access and history key of each memory. ARGV[1] is now (ms), ARGV[2] the
+# KEYS: record, access and history key of each memory, then the namespace's generation
+# (counted up when a memory is deleted). ARGV[1] is now (ms), ARGV[2] the
 # namespace's dedup key prefix, ARGV[3] the history entry, ARGV[4] how long history stays,
 # ARGV[5] the immutable type, ARGV[6..] the fields to return, `expires_at` first. Each result
 # is false (missing or expired) or the field values.
@@ -85,11 +86,12 @@ local out = {}
 local now = tonumber(ARGV[1])
 local fields = {}
 for j = 6, #ARGV do fields[#fields + 1] = ARGV[j] end
-for i = 1, #KEYS, 3 do
+local last = #KEYS - 1
+for i = 1, last, 3 do
   local f = redis.call('HMGET', KEYS[i], '$id', '$type', '$expires_at')
   if f[1] and f[2] == ARGV[5] and tonumber(f[3] or '0') > now then return {'immutable', f[1]} end
 end
-for i = 1, #KEYS, 3 do
+for i = 1, last, 3 do
   local rec, acc, hist = KEYS[i], KEYS[i + 1], KEYS[i + 2]
   local f = redis.call('HMGET', rec, '$id', '$content_hash')
   if f[2] and redis.call('GET', ARGV[2] .. f[2]) == f[1] then
@@ -98,6 +100,7 @@ for i = 1, #KEYS, 3 do
   local vals = redis.call('HMGET', rec, unpack(fields))
   if f[1] and tonumber(vals[1] or '0') > now then
     redis.call('DEL', rec, acc)
+    redis.call('INCR', KEYS[#KEYS])
     redis.call('RPUSH', hist, ARGV[3])
     redis.call('PEXPIRE', hist, ARGV[4])
     out[#out + 1] = vals
@@ -117,7 +120,8 @@ return out
 # prefix, the history entry, n, the n fields to return of a repeated memory, then the new
 # record's field/value pairs. Returns false when it wrote the new memory, else the repeated
 # memory's field values; 1 when the new record's key exists already: a durable write applied
-# again (its id derives from its request id), which must change nothing.
+# again (its id derives from its request id), which must change nothing. KEYS[3]: the
+# namespace's generation (see keys.generation_key), counted up when a memory is written.
 ADD_LUA = _script(
     """
 local dkey, rec = KEYS[1], KEYS[2]
@@ -145,6 +149,7 @@ end
 local pairs = {}
 for j = 7 + n, #ARGV do pairs[#pairs + 1] = ARGV[j] end
 redis.call('HSET', rec, unpack(pairs))
+redis.call('INCR', KEYS[3])
 local id = redis.call('HGET', rec, '$id')
 if ARGV[2] ~= '0' then redis.call('PEXPIREAT', rec, ARGV[2]) end
 redis.call('RPUSH', ARGV[4] .. id, ARGV[5])
@@ -182,7 +187,8 @@ return redis.call('HMGET', KEYS[1], unpack(fields))
 )
 
 # Update a live memory: set fields, move its dedup key, append the history entry, and
-# re-apply expiry to every key. KEYS: record, access, old dedup key, new dedup key, history.
+# re-apply expiry to every key. KEYS: record, access, old dedup key, new dedup key, history,
+# the namespace's generation.
 # ARGV: now, expiry ('keep', 'persist' or ms), the history entry, then field/value pairs.
 # Returns false when the memory is missing or expired.
 UPDATE_LUA = _script("""
@@ -193,6 +199,7 @@ if not f[1] or tonumber(f[2]) <= now then return false end
 local pairs = {}
 for j = 4, #ARGV do pairs[#pairs + 1] = ARGV[j] end
 if #pairs > 0 then redis.call('HSET', rec, unpack(pairs)) end
+redis.call('INCR', KEYS[6])
 if olddk ~= newdk and newdk ~= '' then
   if redis.call('GET', olddk) == f[1] then redis.call('DEL', olddk) end
   redis.call('SET', newdk, f[1], 'NX')
@@ -281,9 +288,9 @@ return 1
 
 # Create a state: its workspace must exist and its name be new there, forever; the name's
 # claim and the state's memory are written in one step. KEYS: the workspace, its states,
-# the new record, its history. ARGV: name, the states entry (JSON), expires (ms, or 0 for
-# permanent), the history entry, the most states a workspace may hold, then the record's
-# field/value pairs. Returns 'ok', 'no_workspace', 'exists' or 'full'.
+# the new record, its history, the namespace's generation. ARGV: name, the states entry
+# (JSON), expires (ms, or 0 for permanent), the history entry, the most states a workspace
+# may hold, then the record's field/value pairs. Returns 'ok', 'no_workspace', 'exists' or 'full'.
 CREATE_STATE_LUA = _script(
     """
 if redis.call('EXISTS', KEYS[1]) == 0 then return 'no_workspace' end
@@ -293,6 +300,7 @@ redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 local pairs = {}
 for j = 6, #ARGV do pairs[#pairs + 1] = ARGV[j] end
 redis.call('HSET', KEYS[3], unpack(pairs))
+redis.call('INCR', KEYS[5])
 if ARGV[3] ~= '0' then redis.call('PEXPIREAT', KEYS[3], ARGV[3]) end
 redis.call('RPUSH', KEYS[4], ARGV[4])
 follow(KEYS[4], KEYS[3])

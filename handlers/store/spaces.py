@@ -177,6 +177,7 @@ class Spaces:
             keys.states_key(ns, workspace),
             keys.record_key(ns, rec.id),
             keys.history_key(ns, rec.id),
+            keys.generation_key(ns),
         ]
         async with self._guard():
             out = text(await self._create_state(keys=state_keys, args=args))

@@ -28,7 +28,7 @@ from redisvl.query.filter import FilterExpression
 
 from handlers.store import keys
 from handlers.store.failures import is_connection_error, is_missing_index, redis_errors
-from handlers.store.filters import text_match
+from handlers.store.filters import ReadScope, read_filter, text_match
 from handlers.store.indexes import Indexes
 from handlers.store.lock import Locks
 from handlers.store.policy import HybridPolicy
@@ -61,6 +61,7 @@ from handlers.store.scripts import (
     UPDATE_LUA,
 )
 from handlers.store.spaces import Spaces
+from handlers.store.summaries import Summaries
 
 log = structlog.get_logger("membus.store")
 
@@ -166,6 +167,7 @@ class Store:
         self._dropping = False
         self._background: set[asyncio.Future[None]] = set()
         self._locks = Locks(client, self._guard)
+        self.summaries = Summaries(client)
 
     async def meta(self, ns: str) -> NamespaceMeta:
         """What the namespace's vectors are (its index is created on first use)."""
@@ -178,6 +180,7 @@ class Store:
 
     def _lost(self) -> None:
         self.indexes.forget_all()
+        self.summaries.forget()
         # The pool's idle connections died with the old Redis: drop them now rather than
         # find out one request at a time (in-use ones fail and reconnect on their own).
         pool = getattr(self.client, "connection_pool", None)
@@ -213,7 +216,8 @@ class Store:
         dedup = keys.dedup_key(ns, rec.content_hash)
         async with self._guard():
             out = await self._add(
-                keys=[dedup, keys.record_key(ns, rec.id)], args=args + _args(fields)
+                keys=[dedup, keys.record_key(ns, rec.id), keys.generation_key(ns)],
+                args=args + _args(fields),
             )
         if out == 1:
             raise AlreadyApplied(rec.id)
@@ -254,6 +258,7 @@ class Store:
             keys.dedup_key(ns, old.content_hash),
             keys.dedup_key(ns, new.content_hash),
             keys.history_key(ns, old.id),
+            keys.generation_key(ns),
         ]
         args = [now_ms, expiry, _entry(entry), *_args(fields)]
         async with self._guard():
@@ -276,7 +281,10 @@ class Store:
         args: list[Any] = [now_ms, keys.dedup_prefix(ns), _entry(entry), history_ms]
         args += [immutable_type, *RECORD_FIELDS]
         async with self._guard():
-            rows = await self._delete(keys=keys.memory_keys(ns, ids, history=True), args=args)
+            rows = await self._delete(
+                keys=[*keys.memory_keys(ns, ids, history=True), keys.generation_key(ns)],
+                args=args,
+            )
         if rows and not isinstance(rows[0], list | None):
             raise Immutable(text(rows[1]))
         return [_record(RECORD_FIELDS, row) if row else None for row in rows]
@@ -562,6 +570,15 @@ class Store:
         found = await self._search(ns, query)
         return [keys.id_of(ns, key) for key, _ in found.docs], found.total
 
+    async def summary(self, ns: str, scope: ReadScope, now_ms: int) -> list[TypeGroup]:
+        """`aggregate` of the memories live in a scope, cached while exact (`summaries`)."""
+        return await self.summaries.groups(
+            ns,
+            str(read_filter(None, scope)),
+            now_ms,
+            lambda: self.aggregate(ns, read_filter(now_ms, scope)),
+        )
+
     async def aggregate(self, ns: str, where: FilterExpression) -> list[TypeGroup]:
         """Counts by type and scope side, tag lists and created_at bounds: no content."""
         req = (
@@ -572,6 +589,7 @@ class Store:
                 reducers.tolist("@tags").alias("tags"),
                 reducers.min("@created_at").alias("oldest"),
                 reducers.max("@created_at").alias("newest"),
+                reducers.min("@expires_at").alias("expiry"),
             )
             .dialect(2)
         )
@@ -589,6 +607,7 @@ class Store:
                 if not is_missing_index(exc) or is_connection_error(exc):
                     raise
             self.indexes.forget(ns)
+            self.summaries.forget(ns)
             index = (await self.indexes.get(ns)).index
             return await run(index)
 
