@@ -25,34 +25,19 @@ from handlers.store.record import Record, Summary
 async def describe(ns: str, req: DescribeRequest, deps: Deps) -> DescribeReply:
     scope = read_scope(req.scope, req.workflow_id, req.workspace, deps.access.stores)
     meta = await deps.store.meta(ns)
-    groups = await deps.store.summary(ns, scope, deps.clock())
-    by_type: dict[str, int] = {}
-    tags: set[str] = set()
-    general_count = workflow_count = 0
-    oldest: int | None = None
-    newest: int | None = None
-    for g in groups:
-        by_type[g.type] = by_type.get(g.type, 0) + g.n
-        if g.general:
-            general_count += g.n
-        else:
-            workflow_count += g.n
-        tags |= g.tag_set()
-        lo, hi = int(g.oldest), int(g.newest)
-        oldest = lo if oldest is None else min(oldest, lo)
-        newest = hi if newest is None else max(newest, hi)
-    listed = sorted(tags)[: limits.MAX_DESCRIBE_TAGS]
+    seen = await deps.store.overview(ns, scope, deps.clock())
+    listed = seen.tags[: limits.MAX_DESCRIBE_TAGS]
     return DescribeReply(
-        total=general_count + workflow_count,
-        by_type=dict(sorted(by_type.items())),
+        total=seen.general_count + seen.workflow_count,
+        by_type=dict(seen.by_type),
         tags=listed,
-        tags_truncated=len(tags) > len(listed),
+        tags_truncated=len(seen.tags) > len(listed),
         scope=scope.applied,  # type: ignore[arg-type]
         workflow_id=scope.workflow_id,
-        workflow_count=workflow_count,
-        general_count=general_count,
-        oldest=ms_to_dt(oldest) if oldest is not None else None,
-        newest=ms_to_dt(newest) if newest is not None else None,
+        workflow_count=seen.workflow_count,
+        general_count=seen.general_count,
+        oldest=ms_to_dt(seen.oldest) if seen.oldest is not None else None,
+        newest=ms_to_dt(seen.newest) if seen.newest is not None else None,
         embedder=meta.embedder,
         dimension=meta.dimension,
     )

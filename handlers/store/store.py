@@ -61,7 +61,7 @@ from handlers.store.scripts import (
     UPDATE_LUA,
 )
 from handlers.store.spaces import Spaces
-from handlers.store.summaries import Summaries
+from handlers.store.summaries import Overview, Summaries
 
 log = structlog.get_logger("membus.store")
 
@@ -570,9 +570,10 @@ class Store:
         found = await self._search(ns, query)
         return [keys.id_of(ns, key) for key, _ in found.docs], found.total
 
-    async def summary(self, ns: str, scope: ReadScope, now_ms: int) -> list[TypeGroup]:
-        """`aggregate` of the memories live in a scope, cached while exact (`summaries`)."""
-        return await self.summaries.groups(
+    async def overview(self, ns: str, scope: ReadScope, now_ms: int) -> Overview:
+        """What `describe` reports of the memories live in a scope, cached while exact
+        (see `summaries`)."""
+        return await self.summaries.overview(
             ns,
             str(read_filter(None, scope)),
             now_ms,

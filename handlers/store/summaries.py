@@ -29,10 +29,45 @@ from handlers.store.record import TypeGroup
 _FRESH = 1 << 32
 
 
+class Overview(NamedTuple):
+    """What `describe` reports of the memories in a scope, folded from the aggregation's
+    groups once (a cached overview is served without touching them again)."""
+
+    by_type: dict[str, int]
+    tags: list[str]  # sorted
+    general_count: int
+    workflow_count: int
+    oldest: int | None
+    newest: int | None
+    # The earliest expiry among them: until then, without a write, this stays exact.
+    until_ms: float
+
+    @classmethod
+    def of(cls, groups: list[TypeGroup]) -> Overview:
+        by_type: dict[str, int] = {}
+        tags: set[str] = set()
+        general = workflow = 0
+        for g in groups:
+            by_type[g.type] = by_type.get(g.type, 0) + g.n
+            if g.general:
+                general += g.n
+            else:
+                workflow += g.n
+            tags |= g.tag_set()
+        return cls(
+            by_type=dict(sorted(by_type.items())),
+            tags=sorted(tags),
+            general_count=general,
+            workflow_count=workflow,
+            oldest=min((int(g.oldest) for g in groups), default=None),
+            newest=max((int(g.newest) for g in groups), default=None),
+            until_ms=min((g.expiry for g in groups), default=float("inf")),
+        )
+
+
 class _Cached(NamedTuple):
     generation: int
-    until_ms: float  # the earliest expiry among the memories it counts
-    groups: list[TypeGroup]
+    overview: Overview
 
 
 class Summaries:
@@ -41,28 +76,31 @@ class Summaries:
         self.max_entries = max_entries
         self._cache: OrderedDict[tuple[str, str], _Cached] = OrderedDict()
 
-    async def groups(
+    async def overview(
         self,
         ns: str,
         scope_key: str,
         now_ms: int,
         aggregate: Callable[[], Awaitable[list[TypeGroup]]],
-    ) -> list[TypeGroup]:
-        """The summary of the memories live at `now_ms` in a scope (`scope_key`: its filter
+    ) -> Overview:
+        """The overview of the memories live at `now_ms` in a scope (`scope_key`: its filter
         without the time), from the cache while exact, else from `aggregate()`."""
         generation = await self._generation(ns)
         key = (ns, scope_key)
         cached = self._cache.get(key)
-        if cached is not None and cached.generation == generation and now_ms < cached.until_ms:
+        if (
+            cached is not None
+            and cached.generation == generation
+            and now_ms < cached.overview.until_ms
+        ):
             self._cache.move_to_end(key)
-            return cached.groups
-        groups = await aggregate()
-        until = min((g.expiry for g in groups), default=float("inf"))
-        self._cache[key] = _Cached(generation, until, groups)
+            return cached.overview
+        overview = Overview.of(await aggregate())
+        self._cache[key] = _Cached(generation, overview)
         self._cache.move_to_end(key)
         while len(self._cache) > self.max_entries:
             self._cache.popitem(last=False)
-        return groups
+        return overview
 
     async def _generation(self, ns: str) -> int:
         raw = await self.client.get(generation_key(ns))
