@@ -9,6 +9,9 @@ vectors) where redisvl would key by model name alone.
 
 from __future__ import annotations
 
+import asyncio
+from collections import OrderedDict
+
 import numpy as np
 import structlog
 from redisvl.extensions.cache.embeddings import EmbeddingsCache
@@ -19,37 +22,65 @@ log = structlog.get_logger("membus.embedders")
 
 
 class CachedEmbedder:
-    def __init__(self, inner: Embedder, cache: EmbeddingsCache) -> None:
+    def __init__(self, inner: Embedder, cache: EmbeddingsCache, recent: int = 4096) -> None:
         self.inner = inner
         self.name = inner.name
         self.dimension = inner.dimension
         self._cache = cache
         self._model = f"{inner.name}/{inner.dimension}"
+        self._pending: set[asyncio.Future[None]] = set()
+        # The texts this handler embedded or read last: a repeated query or a repeated add
+        # costs no round trip, and is found even before its Redis entry is written.
+        self._recent: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._recent_max = recent
+
+    def _remember(self, text: str, vec: np.ndarray) -> None:
+        self._recent[text] = vec
+        self._recent.move_to_end(text)
+        if len(self._recent) > self._recent_max:
+            self._recent.popitem(last=False)
 
     async def embed(self, texts: list[str]) -> list[np.ndarray]:
+        out: list[np.ndarray | None] = [self._recent.get(t) for t in texts]
+        asked = [i for i, v in enumerate(out) if v is None]
+        if not asked:
+            return [v for v in out if v is not None]
         try:
-            hits = await self._cache.amget(texts, self._model)
+            hits = await self._cache.amget([texts[i] for i in asked], self._model)
         except Exception:
             log.warning("embed_cache.unavailable", exc_info=True)
-            return await self.inner.embed(texts)
-        out: list[np.ndarray | None] = [
-            np.asarray(h["embedding"], dtype=np.float32) if h else None for h in hits
-        ]
-        misses = [i for i, v in enumerate(out) if v is None]
+            hits = [None] * len(asked)
+        for i, h in zip(asked, hits, strict=True):
+            if h:
+                vec = np.asarray(h["embedding"], dtype=np.float32)
+                out[i] = vec
+                self._remember(texts[i], vec)
+        misses = [i for i in asked if out[i] is None]
         if misses:
             fresh = await self.inner.embed([texts[i] for i in misses])
             for i, vec in zip(misses, fresh, strict=True):
                 out[i] = vec
-            try:
-                await self._cache.amset(
-                    [
-                        {"content": texts[i], "model_name": self._model, "embedding": vec.tolist()}
-                        for i, vec in zip(misses, fresh, strict=True)
-                    ]
-                )
-            except Exception:
-                log.warning("embed_cache.store_failed", exc_info=True)
+                self._remember(texts[i], vec)
+            # Stored after the reply: no caller waits for the cache to fill.
+            task = asyncio.ensure_future(
+                self._store([(texts[i], vec) for i, vec in zip(misses, fresh, strict=True)])
+            )
+            self._pending.add(task)
+            task.add_done_callback(self._pending.discard)
         return [v for v in out if v is not None]
 
+    async def _store(self, fresh: list[tuple[str, np.ndarray]]) -> None:
+        try:
+            await self._cache.amset(
+                [
+                    {"content": text, "model_name": self._model, "embedding": vec.tolist()}
+                    for text, vec in fresh
+                ]
+            )
+        except Exception:
+            log.warning("embed_cache.store_failed", exc_info=True)
+
     async def close(self) -> None:
+        if self._pending:
+            await asyncio.gather(*self._pending, return_exceptions=True)
         await self.inner.close()
