@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from bus import AgentMemory, MemoryBus, NotFound
@@ -74,7 +76,9 @@ async def test_timeline_filters_types_and_leaves_out_superseded(agent: AgentMemo
 
 async def test_people_counts_the_live_memories_that_name_each(agent: AgentMemory) -> None:
     first = await agent.add("event", "met Ana", related_people=["Ana Lima"])
+    await asyncio.sleep(0.005)  # distinct milliseconds: the order under test is by recency
     second = await agent.add("event", "call with ana and Bo", related_people=["ana lima", "Bo"])
+    await asyncio.sleep(0.005)
     third = await agent.add("event", "Bo sent the draft", related_people=["Bo", "BO"])
 
     reply = await agent.people()

@@ -103,6 +103,7 @@ async def test_exact_repeat_bumps_mention_count_instead_of_adding(
 ) -> None:
     first = await wf123.add("knowledge", "The API rate limit is 100 requests per minute")
     events = await bus.subscribe(general=True)
+    await asyncio.sleep(0.005)  # a later millisecond, so the mention's updated_at is later
 
     again = await wf123.add("knowledge", "  the api RATE limit is 100 requests   per minute ")
 
