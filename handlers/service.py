@@ -169,7 +169,7 @@ def make_deps(
     """What the operations share, built once per process (tests build theirs with this too)."""
     return Deps(
         settings=settings,
-        store=Store(client, embedder.name, embedder.dimension),
+        store=Store(client, embedder.name, embedder.dimension, settings.pool_max),
         embedder=embedder,
         publish=publish,
         clock=now_ms,

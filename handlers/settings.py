@@ -83,6 +83,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     recall_session_ttl_s: Annotated[int, msgspec.Meta(ge=1)] = 24 * 3600
     # How long a deleted memory's history stays readable.
     history_after_delete_s: Annotated[int, msgspec.Meta(ge=1)] = 30 * 24 * 3600
+    # With many small namespaces: a new namespace shares the pool index of small namespaces
+    # until it holds this many memories, then gets an index of its own. 0 (the default):
+    # every namespace has its own from the start (see README, "Many namespaces").
+    pool_max: Annotated[int, msgspec.Meta(ge=0)] = 0
     log_level: str = "info"
 
     def __post_init__(self) -> None:

@@ -130,7 +130,12 @@ def text_terms(terms: list[str]) -> list[str]:
     return kept[:MAX_TEXT_TERMS]
 
 
-def text_match(terms: Iterable[str], where: FilterExpression, current: bool = False) -> str:
+def text_match(
+    terms: Iterable[str],
+    where: FilterExpression,
+    current: bool = False,
+    pool: str | None = None,
+) -> str:
     """A RediSearch query for documents passing `where` that contain any of `terms`, each
     term intersected with the filter on its own and the clauses joined at the top.
 
@@ -140,7 +145,8 @@ def text_match(terms: Iterable[str], where: FilterExpression, current: bool = Fa
     scores every clause a document matches, which is plain BM25. A term that matches both
     content and tags counts once.
 
-    `current` (leave out superseded memories) is intersected with the whole union instead:
+    `pool` confines a pooled namespace's query to its memories. `current` (leave out
+    superseded memories) is intersected with the whole union instead:
     inside the weight-0 filter, RediSearch's negation changed BM25 (measured: a workflow
     memory scored 2/3 of an identical general one).
     """
@@ -148,6 +154,10 @@ def text_match(terms: Iterable[str], where: FilterExpression, current: bool = Fa
     # Weight 0: a tag in the filter would otherwise add its own BM25 share (a workflow's tag
     # is rare, so its memories would outscore general ones with the same words).
     flt = "" if flt == "*" else f" (({flt}) => {{$weight: 0.0;}})"
+    if pool is not None:
+        # A pooled namespace's own memories (`Namespace.mine_for_text`): numeric ranges,
+        # which add nothing to BM25 (a tag adds its IDF, even at weight 0).
+        flt += f" {pool}"
     clauses = []
     for term in terms:
         fields = " | ".join(f"@{field}:{term}" for field in TEXT_FIELDS)

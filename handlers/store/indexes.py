@@ -1,22 +1,49 @@
 """Namespace indexes: created on first use (by whichever handler comes first), brought up to
-the current schema, and forgotten when Redis was lost, since it may come back without them."""
+the current schema, and forgotten when Redis was lost, since it may come back without them.
+
+A new namespace starts *pooled*: its memories carry a `pool` field (a number of its own)
+and live in the index its vector dimension's small namespaces share
+(`schema.pool_schema_dict`), and every query of it is confined to its own memories by that
+field (`Namespace.confine`). Once it holds
+`pool_max` memories it is *promoted* to an index of its own (`promote`), for good. Where a
+namespace is indexed is the `keys.tier_key` (its pool number, or `own`), which the write
+scripts read, so a memory is written into the right index even by a handler that has not
+yet heard of a promotion; readers of a pooled namespace check it after each query (`Store`).
+A namespace from before pools has no tier key and keeps its own index."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any, NamedTuple
 
 import msgspec
+import redis.exceptions
 import structlog
 from redisvl.exceptions import RedisSearchError
 from redisvl.index import AsyncSearchIndex
+from redisvl.query.filter import FilterExpression, Num
 from redisvl.schema import IndexSchema
 
-from handlers.store.keys import meta_key
-from handlers.store.resp import index_attributes
-from handlers.store.schema import NamespaceMeta, schema_dict
+from handlers.store.failures import is_missing_index
+from handlers.store.keys import (
+    OWN_INDEX,
+    POOL_SEQUENCE,
+    index_name,
+    meta_key,
+    pool_number,
+    record_prefix,
+    tier_key,
+)
+from handlers.store.resp import index_attributes, text
+from handlers.store.schema import (
+    POOL_FIELD,
+    NamespaceMeta,
+    pool_filter,
+    pool_schema_dict,
+    schema_dict,
+)
 
 log = structlog.get_logger("membus.store")
 
@@ -26,6 +53,32 @@ _meta_decoder = msgspec.json.Decoder(NamespaceMeta)
 class Namespace(NamedTuple):
     index: AsyncSearchIndex
     meta: NamespaceMeta
+    # The namespace's pool number while it is pooled; None once it has its own index.
+    pool: int | None = None
+
+    @property
+    def mine(self) -> FilterExpression | None:
+        """The filter to this namespace's memories in its pool index (None: own index)."""
+        return None if self.pool is None else Num(POOL_FIELD) == self.pool
+
+    @property
+    def mine_for_text(self) -> str | None:
+        """`mine` for a full-text query: "no other pool number" rather than "this one".
+
+        RediSearch drives an intersection from its smallest part; driven from a small
+        filter, it reads the text part lazily and scores only one of a word's forms
+        (`migration`, `+migrat`) for some documents, so equal memories scored 2/3 of each
+        other. A negation counts as large, so the words drive and every form is scored."""
+        if self.pool is None:
+            return None
+        return f"-@{POOL_FIELD}:[-inf ({self.pool}] -@{POOL_FIELD}:[({self.pool} +inf]"
+
+    def confine(self, where: FilterExpression) -> FilterExpression:
+        """`where`, limited to this namespace's memories (a pool index holds many)."""
+        mine = self.mine
+        if mine is None:
+            return where
+        return mine if str(where) == "*" else mine & where
 
 
 class Indexes:
@@ -34,13 +87,17 @@ class Indexes:
         client: Any,
         mine: NamespaceMeta,
         guard: Callable[[], contextlib.AbstractAsyncContextManager[None]],
+        pool_max: int = 0,
     ) -> None:
         self.client = client
         self.mine = mine
         self._guard = guard
-        # A cache only: every replica can rebuild it from Redis.
+        # A new namespace is pooled until it holds this many memories (0: never pooled).
+        self.pool_max = pool_max
+        # Caches only: every replica can rebuild them from Redis.
         self._open: dict[str, Namespace] = {}
         self._pending: dict[str, asyncio.Future[Namespace]] = {}
+        self._pools: dict[int, AsyncSearchIndex] = {}
 
     async def get(self, ns: str) -> Namespace:
         """The namespace's index and meta, created on first use."""
@@ -55,30 +112,117 @@ class Indexes:
         return await asyncio.shield(pending)
 
     def forget(self, ns: str) -> None:
-        self._open.pop(ns, None)
+        space = self._open.pop(ns, None)
+        if space is not None and space.pool is not None:
+            # Its pool index may be what vanished: look again on next use.
+            self._pools.pop(space.meta.dimension, None)
 
     def forget_all(self) -> None:
         self._open.clear()
+        self._pools.clear()
 
     async def _create(self, ns: str) -> Namespace:
         async with self._guard():
             # The first writer decides what the namespace's vectors are; later ones read it.
-            await self.client.set(meta_key(ns), msgspec.json.encode(self.mine), nx=True)
+            created = await self.client.set(meta_key(ns), msgspec.json.encode(self.mine), nx=True)
             meta = _meta_decoder.decode(await self.client.get(meta_key(ns)) or b"")
-            index = AsyncSearchIndex(
-                IndexSchema.from_dict(schema_dict(ns, meta.dimension)),
-                redis_client=self.client,
-            )
-            try:
-                await index.create(overwrite=False)
-            except RedisSearchError as exc:
-                # Another replica created it between our check and our create.
-                if "already exists" not in str(exc).lower():
-                    raise
-            await self._add_missing_fields(index)
-            await self._wait_indexed(index)
-        self._open[ns] = Namespace(index, meta)
-        return self._open[ns]
+            tier = await self.client.get(tier_key(ns))
+            if tier is None:
+                # A namespace that had a meta but no tier was made before pools: its memories
+                # lack the pool field, so it keeps (or gets back) its own index.
+                # So does one whose index exists already (made before metas were kept).
+                pooled = created and self.pool_max and not await self._exists(index_name(ns))
+                if pooled:
+                    sequence = int(await self.client.incr(POOL_SEQUENCE))
+                    first = str(pool_number(sequence, meta.dimension))
+                else:
+                    first = OWN_INDEX
+                await self.client.set(tier_key(ns), first, nx=True)
+                tier = await self.client.get(tier_key(ns)) or first
+            if text(tier) != OWN_INDEX:
+                space = Namespace(await self._pool(meta.dimension), meta, int(tier))
+            else:
+                space = Namespace(await self._own(ns, meta.dimension), meta)
+        self._open[ns] = space
+        return space
+
+    async def _exists(self, name: str) -> bool:
+        try:
+            await self.client.execute_command("FT.INFO", name)
+        except redis.exceptions.ResponseError as exc:
+            if is_missing_index(exc):
+                return False
+            raise
+        return True
+
+    async def _own(self, ns: str, dimension: int, wait_s: float = 5.0) -> AsyncSearchIndex:
+        """The namespace's own index, created if missing (it then indexes the namespace's
+        existing memories in the background: wait up to `wait_s` for that)."""
+        index = AsyncSearchIndex(
+            IndexSchema.from_dict(schema_dict(ns, dimension)), redis_client=self.client
+        )
+        try:
+            await index.create(overwrite=False)
+        except RedisSearchError as exc:
+            # Another replica created it between our check and our create.
+            if "already exists" not in str(exc).lower():
+                raise
+        await self._add_missing_fields(index)
+        await self._wait_indexed(index, wait_s)
+        return index
+
+    async def _pool(self, dimension: int) -> AsyncSearchIndex:
+        """The pool index of this dimension, created if missing."""
+        index = self._pools.get(dimension)
+        if index is not None:
+            return index
+        index = AsyncSearchIndex(
+            IndexSchema.from_dict(pool_schema_dict(dimension)), redis_client=self.client
+        )
+        # redisvl has no FILTER: the FT.CREATE is sent as is.
+        args: list[Any] = ["ON", "HASH", "PREFIX", 1, index.schema.index.prefix]
+        args += ["FILTER", pool_filter(dimension), "SCHEMA"]
+        for field in index.schema.redis_fields:
+            args += field.redis_args()
+        try:
+            await self.client.execute_command("FT.CREATE", index.name, *args)
+        except redis.exceptions.ResponseError as exc:
+            if "already exists" not in str(exc).lower():
+                raise
+        await self._add_missing_fields(index)
+        await self._wait_indexed(index)
+        self._pools[dimension] = index
+        return index
+
+    async def promote(self, ns: str, wait_s: float = 60.0) -> bool:
+        """Move a pooled namespace to an index of its own; False if it was not pooled, or
+        its new index had not indexed its memories within `wait_s` (try again later).
+
+        In order: create the index (which indexes the namespace's memories, pool field or
+        not), switch the tier (from here on writes leave the pool out, and readers of the
+        pool retry), then take the pool field off every memory so the pool drops them. A
+        reader of the pool that checks the tier after its query and still sees the pool tag
+        thus saw every memory. Run it under the namespace's lock."""
+        async with self._guard():
+            tier = await self.client.get(tier_key(ns))
+            if tier is None or text(tier) == OWN_INDEX:
+                return False
+            meta = _meta_decoder.decode(await self.client.get(meta_key(ns)) or b"")
+            index = await self._own(ns, meta.dimension, wait_s)
+            if int((await index.info()).get("indexing", 0)):
+                return False
+            await self.client.set(tier_key(ns), OWN_INDEX)
+            moved = 0
+            async for batch in _batches(
+                self.client.scan_iter(match=f"{record_prefix(ns)}*", count=1000)
+            ):
+                pipe = self.client.pipeline(transaction=False)
+                for key in batch:
+                    pipe.hdel(key, POOL_FIELD)
+                moved += sum(await pipe.execute())
+        self.forget(ns)
+        log.info("index.promoted", namespace=ns, index=index_name(ns), memories=moved)
+        return True
 
     async def _add_missing_fields(self, index: AsyncSearchIndex) -> None:
         """Bring an index made by an older version up to the current schema: FT.ALTER adds
@@ -100,3 +244,14 @@ class Indexes:
             if not int(info.get("indexing", 0)):
                 return
             await asyncio.sleep(0.01)
+
+
+async def _batches(keys: AsyncIterator[Any], size: int = 500) -> AsyncIterator[list[Any]]:
+    batch: list[Any] = []
+    async for key in keys:
+        batch.append(key)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch

@@ -15,6 +15,40 @@ def index_name(ns: str) -> str:
     return f"{ROOT}:{ns}"
 
 
+def pool_index_name(dimension: int) -> str:
+    """The index shared by every pooled namespace whose vectors have this dimension."""
+    return f"{ROOT}:pool:{dimension}"
+
+
+# Counts up once per pooled namespace: its pool number's sequence part (see `pool_number`).
+POOL_SEQUENCE = f"{ROOT}:pool:seq"
+# Vector dimensions stay below this (RediSearch caps them at 32,768).
+_DIMENSIONS = 65536
+
+
+def pool_number(sequence: int, dimension: int) -> int:
+    """A pooled namespace's number, in its memories' `pool` field: unique to the namespace,
+    and its remainder by 65,536 is the dimension, which picks the pool index (an exact
+    float64 well past 2**40 namespaces)."""
+    return sequence * _DIMENSIONS + dimension
+
+
+def pool_dimension_filter(dimension: int, field: str) -> str:
+    """The pool index's FILTER: only the hashes whose `field` holds a pool number of this
+    dimension (every other hash under the prefix, and the memories of a namespace with an
+    index of its own, lack the field)."""
+    return f"exists(@{field}) && @{field} % {_DIMENSIONS} == {dimension}"
+
+
+def tier_key(ns: str) -> str:
+    """Where the namespace's memories are indexed: its `pool_number` while it is pooled, or
+    `OWN_INDEX` once it has its own index (set when first used, changed once at promotion)."""
+    return f"{ROOT}:tier:{ns}"
+
+
+OWN_INDEX = "own"
+
+
 def record_prefix(ns: str) -> str:
     """Prefix of the namespace's memory hashes: the only keys its index covers."""
     return f"{ROOT}:{ns}:m:"

@@ -7,11 +7,19 @@ from typing import Any
 
 import msgspec
 
-from handlers.store.keys import index_name, record_prefix
+from handlers.store.keys import (
+    ROOT,
+    index_name,
+    pool_dimension_filter,
+    pool_index_name,
+    record_prefix,
+)
 from handlers.store.record import PEOPLE_SEPARATOR
 
 # The hash field that holds a memory's embedding (float32 bytes), written beside the record.
 VECTOR_FIELD = "embedding"
+# The hash field that puts a memory in a pool index (see `pool_schema_dict`).
+POOL_FIELD = "pool"
 # Full-text fields a text query matches, content first.
 TEXT_FIELDS = ("content", "tagtext")
 
@@ -66,3 +74,28 @@ def schema_dict(ns: str, dimension: int) -> dict[str, Any]:
             },
         ],
     }
+
+
+def pool_schema_dict(dimension: int) -> dict[str, Any]:
+    """The index that small namespaces share (one per vector dimension): every field of a
+    namespace's own index, plus `pool` (`keys.pool_number`), which each query filters on:
+    a number, as a numeric range adds nothing to BM25 where a tag (even at weight 0 alone
+    in its group) adds its own IDF.
+
+    An index costs RediSearch about 100 KB however few memories it holds (and an HNSW
+    field 1.9 MB more), so thousands of small namespaces each with its own would need GBs
+    before storing anything. Pooled namespaces are small, so their vector queries scan the
+    namespace's own memories (ADHOC_BF): a FLAT field is exact and cheaper to write."""
+    schema = schema_dict("", dimension)
+    schema["index"]["name"] = pool_index_name(dimension)
+    schema["index"]["prefix"] = f"{ROOT}:"
+    for field in schema["fields"]:
+        if field["name"] == VECTOR_FIELD:
+            field["attrs"] = {**field["attrs"], "algorithm": "flat"}
+    schema["fields"].insert(0, {"name": POOL_FIELD, "type": "numeric"})
+    return schema
+
+
+def pool_filter(dimension: int) -> str:
+    """The pool index's FILTER (see `keys.pool_dimension_filter`)."""
+    return pool_dimension_filter(dimension, POOL_FIELD)

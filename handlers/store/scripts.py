@@ -27,9 +27,26 @@ end
 """
 
 
-def _script(source: str, follow: bool = False) -> str:
-    """The script with record field names filled in (and `follow`, where it is used)."""
-    return (_FOLLOW if follow else "") + Template(source).substitute(_NAMES)
+# Where a new memory is indexed (keys.tier_key): a pooled namespace's memories carry its pool
+# tag in the `pool` field, read here so that a write follows a promotion at once. Nil when
+# the namespace is not set up (Redis lost it): the write is refused, see `Store.add`.
+_POOLED = """
+local function pooled(tierkey, pairs)
+  local tier = redis.call('GET', tierkey)
+  if tier and tier ~= 'own' then
+    pairs[#pairs + 1] = 'pool'
+    pairs[#pairs + 1] = tier
+  end
+  return tier
+end
+"""
+
+
+def _script(source: str, follow: bool = False, pooled: bool = False) -> str:
+    """The script with record field names filled in (and `follow` and `pooled`, where
+    they are used)."""
+    helpers = (_FOLLOW if follow else "") + (_POOLED if pooled else "")
+    return helpers + Template(source).substitute(_NAMES)
 
 
 # Read live memories and (when ARGV[2] is '1') count this access, in one round trip. ARGV[1]
@@ -121,11 +138,14 @@ return out
 # record's field/value pairs. Returns false when it wrote the new memory, else the repeated
 # memory's field values; 1 when the new record's key exists already: a durable write applied
 # again (its id derives from its request id), which must change nothing. KEYS[3]: the
-# namespace's generation (see keys.generation_key), counted up when a memory is written.
+# namespace's generation (see keys.generation_key), counted up when a memory is written;
+# KEYS[4]: its tier (keys.tier_key). Returns 2, writing nothing, when the namespace has no
+# tier: Redis lost it, and the caller sets the namespace up again.
 ADD_LUA = _script(
     """
 local dkey, rec = KEYS[1], KEYS[2]
 if redis.call('EXISTS', rec) == 1 then return 1 end
+if redis.call('EXISTS', KEYS[4]) == 0 then return 2 end
 local now = tonumber(ARGV[1])
 local n = tonumber(ARGV[6])
 local existing = false
@@ -148,6 +168,7 @@ if existing then
 end
 local pairs = {}
 for j = 7 + n, #ARGV do pairs[#pairs + 1] = ARGV[j] end
+pooled(KEYS[4], pairs)
 redis.call('HSET', rec, unpack(pairs))
 redis.call('INCR', KEYS[3])
 local id = redis.call('HGET', rec, '$id')
@@ -161,6 +182,7 @@ end
 return false
 """,
     follow=True,
+    pooled=True,
 )
 
 # Count one more mention of a live memory (a near-duplicate add) in the given workspace.
@@ -288,17 +310,20 @@ return 1
 
 # Create a state: its workspace must exist and its name be new there, forever; the name's
 # claim and the state's memory are written in one step. KEYS: the workspace, its states,
-# the new record, its history, the namespace's generation. ARGV: name, the states entry
-# (JSON), expires (ms, or 0 for permanent), the history entry, the most states a workspace
-# may hold, then the record's field/value pairs. Returns 'ok', 'no_workspace', 'exists' or 'full'.
+# the new record, its history, the namespace's generation, its tier. ARGV: name, the states
+# entry (JSON), expires (ms, or 0 for permanent), the history entry, the most states a
+# workspace may hold, then the record's field/value pairs. Returns 'ok', 'no_workspace',
+# 'exists', 'full', or 'unset' (the namespace has no tier: see ADD_LUA).
 CREATE_STATE_LUA = _script(
     """
 if redis.call('EXISTS', KEYS[1]) == 0 then return 'no_workspace' end
+if redis.call('EXISTS', KEYS[6]) == 0 then return 'unset' end
 if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then return 'exists' end
 if redis.call('HLEN', KEYS[2]) >= tonumber(ARGV[5]) then return 'full' end
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 local pairs = {}
 for j = 6, #ARGV do pairs[#pairs + 1] = ARGV[j] end
+pooled(KEYS[6], pairs)
 redis.call('HSET', KEYS[3], unpack(pairs))
 redis.call('INCR', KEYS[5])
 if ARGV[3] ~= '0' then redis.call('PEXPIREAT', KEYS[3], ARGV[3]) end
@@ -307,6 +332,7 @@ follow(KEYS[4], KEYS[3])
 return 'ok'
 """,
     follow=True,
+    pooled=True,
 )
 
 # Archive a state: add its name to the archived set and note it in its memory's history.

@@ -11,7 +11,7 @@ taken twice, a state in a missing workspace) are single Lua scripts.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Literal, NamedTuple
 
 import msgspec
@@ -90,6 +90,7 @@ def _decode_workspace(raw: dict[Any, Any]) -> StoredWorkspace:
 StateOutcome = Literal["ok", "exists", "full"]
 ArchiveOutcome = Literal["missing", "already", "archived"]
 _NO_WORKSPACE = "no_workspace"  # what the state scripts return for a missing workspace
+_UNSET = "unset"  # ... and for a namespace Redis lost (no tier key)
 
 
 class NoWorkspace(Exception):
@@ -99,9 +100,16 @@ class NoWorkspace(Exception):
 class Spaces:
     """Every Redis read and write of workspaces and state names."""
 
-    def __init__(self, client: aioredis.Redis, guard: Guard) -> None:
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        guard: Guard,
+        set_up: Callable[[str], Awaitable[object]] | None = None,
+    ) -> None:
         self.client = client
         self._guard = guard
+        # Sets a namespace up again after Redis lost it (see Store.add).
+        self._set_up = set_up
         self._create_workspace = client.register_script(CREATE_WORKSPACE_LUA)
         self._update_workspace = client.register_script(UPDATE_WORKSPACE_LUA)
         self._create_state = client.register_script(CREATE_STATE_LUA)
@@ -178,9 +186,16 @@ class Spaces:
             keys.record_key(ns, rec.id),
             keys.history_key(ns, rec.id),
             keys.generation_key(ns),
+            keys.tier_key(ns),
         ]
         async with self._guard():
             out = text(await self._create_state(keys=state_keys, args=args))
+        if out == _UNSET and self._set_up is not None:
+            await self._set_up(ns)
+            async with self._guard():
+                out = text(await self._create_state(keys=state_keys, args=args))
+        if out == _UNSET:
+            raise RuntimeError(f"namespace {ns!r} is not set up in Redis")
         if out == _NO_WORKSPACE:
             raise NoWorkspace(workspace)
         return out  # type: ignore[return-value]

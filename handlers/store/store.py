@@ -22,14 +22,13 @@ from redis.commands.search import reducers
 from redis.commands.search.aggregation import AggregateRequest
 from redis.commands.search.query import Query
 from redisvl.exceptions import RedisSearchError
-from redisvl.index import AsyncSearchIndex
 from redisvl.query import CountQuery, FilterQuery, VectorQuery
 from redisvl.query.filter import FilterExpression
 
 from handlers.store import keys
 from handlers.store.failures import is_connection_error, is_missing_index, redis_errors
 from handlers.store.filters import ReadScope, read_filter, text_match
-from handlers.store.indexes import Indexes
+from handlers.store.indexes import Indexes, Namespace
 from handlers.store.lock import Locks
 from handlers.store.policy import HybridPolicy
 from handlers.store.record import (
@@ -66,6 +65,13 @@ from handlers.store.summaries import Overview, Summaries
 log = structlog.get_logger("membus.store")
 
 T = TypeVar("T")
+
+# With pools on (MEMBUS_POOL_MAX), a namespace keeps to the shared pool index until it holds
+# that many memories (see `indexes`); POOL_CHECK_EVERY new memories a handler writes there,
+# it counts them.
+POOL_MAX = 0
+POOL_CHECK_EVERY = 32
+_UNSET = 2  # what ADD_LUA returns for a namespace that Redis lost
 S = TypeVar("S", Summary, Record, Mentions)
 
 
@@ -151,11 +157,21 @@ class AlreadyApplied(Exception):
 class Store:
     """Namespace indexes and every Redis read and write of the service."""
 
-    def __init__(self, client: aioredis.Redis, embedder_name: str, dimension: int) -> None:
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        embedder_name: str,
+        dimension: int,
+        pool_max: int = POOL_MAX,
+    ) -> None:
         self.client = client
-        self.indexes = Indexes(client, NamespaceMeta(embedder_name, dimension), self._guard)
+        self.indexes = Indexes(
+            client, NamespaceMeta(embedder_name, dimension), self._guard, pool_max
+        )
         # Workspaces and the names of states.
-        self.spaces = Spaces(client, self._guard)
+        self.spaces = Spaces(client, self._guard, self._set_up_again)
+        # New memories written into each pooled namespace since its size was last checked.
+        self._pooled_adds: dict[str, int] = {}
         self._policy = HybridPolicy()
         self._fetch = client.register_script(FETCH_LUA)
         self._field = client.register_script(FIELD_LUA)
@@ -168,6 +184,12 @@ class Store:
         self._background: set[asyncio.Future[None]] = set()
         self._locks = Locks(client, self._guard)
         self.summaries = Summaries(client)
+
+    async def _set_up_again(self, ns: str) -> None:
+        """Redis lost the namespace (a write found no tier key): set it up anew."""
+        self.indexes.forget(ns)
+        self.summaries.forget(ns)
+        await self.indexes.get(ns)
 
     async def meta(self, ns: str) -> NamespaceMeta:
         """What the namespace's vectors are (its index is created on first use)."""
@@ -214,14 +236,50 @@ class Store:
         args: list[Any] = [now_ms, expires, keys.record_prefix(ns), keys.history_prefix(ns)]
         args += [_entry(entry), len(RECORD_FIELDS), *RECORD_FIELDS]
         dedup = keys.dedup_key(ns, rec.content_hash)
+        add_keys = [dedup, keys.record_key(ns, rec.id), keys.generation_key(ns), keys.tier_key(ns)]
+        space = await self.indexes.get(ns)
         async with self._guard():
-            out = await self._add(
-                keys=[dedup, keys.record_key(ns, rec.id), keys.generation_key(ns)],
-                args=args + _args(fields),
-            )
+            out = await self._add(keys=add_keys, args=args + _args(fields))
+        if out == _UNSET:
+            await self._set_up_again(ns)
+            async with self._guard():
+                out = await self._add(keys=add_keys, args=args + _args(fields))
         if out == 1:
             raise AlreadyApplied(rec.id)
-        return _record(RECORD_FIELDS, out) if out else None
+        if out == _UNSET:
+            raise RuntimeError(f"namespace {ns!r} is not set up in Redis")
+        if out:
+            return _record(RECORD_FIELDS, out)
+        if space.pool is not None:
+            self._count_pooled_add(ns)
+        return None
+
+    def _count_pooled_add(self, ns: str) -> None:
+        """Check a pooled namespace's size at its first new memory here and every
+        POOL_CHECK_EVERY after, and promote it in the background once it has outgrown
+        the pool (a few more adds may land in the pool meanwhile: they move with it)."""
+        n = self._pooled_adds.get(ns, 0)
+        self._pooled_adds[ns] = n + 1
+        if n % POOL_CHECK_EVERY:
+            return
+        if len(self._pooled_adds) > 4096:
+            self._pooled_adds.clear()
+        task = asyncio.ensure_future(self._promote_if_grown(ns))
+        self._background.add(task)
+        task.add_done_callback(self._promoted)
+
+    async def _promote_if_grown(self, ns: str) -> None:
+        if (await self.count(ns, FilterExpression("*"))) < self.indexes.pool_max:
+            return
+        async with self.exclusive(ns, "promote", hold_s=120.0):
+            if await self.indexes.promote(ns):
+                self._pooled_adds.pop(ns, None)
+                self.summaries.forget(ns)
+
+    def _promoted(self, task: asyncio.Future[None]) -> None:
+        self._background.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("store.promote_failed", error=repr(task.exception()))
 
     async def mention(
         self, ns: str, memory_id: str, now_ms: int, entry: Entry, workspace: str | None
@@ -499,26 +557,44 @@ class Store:
         """The k nearest memories passing `where`. A filter whose text changes with every
         call (a time bound) gives a `policy_key` that does not, so its hybrid policy is
         cached (see `hybrid_policy`)."""
-        query = VectorQuery(
-            vector=vector.astype(np.float32).tobytes(),
-            vector_field_name=VECTOR_FIELD,
-            return_fields=list(CANDIDATE_FIELDS),
-            filter_expression=where,
-            num_results=k,
-            hybrid_policy=await self.hybrid_policy(ns, where, policy_key),
-        )
+
+        async def query(space: Namespace) -> VectorQuery:
+            # A pooled namespace is small: scanning its own vectors is exact and fastest.
+            policy = (
+                "ADHOC_BF"
+                if space.pool is not None
+                else await self.hybrid_policy(ns, where, policy_key)
+            )
+            return VectorQuery(
+                vector=vector.astype(np.float32).tobytes(),
+                vector_field_name=VECTOR_FIELD,
+                return_fields=list(CANDIDATE_FIELDS),
+                filter_expression=space.confine(where),
+                num_results=k,
+                hybrid_policy=policy,
+            )
+
         return self._candidates(ns, await self._search(ns, query))
 
     async def hybrid_policy(self, ns: str, where: FilterExpression, key: str | None = None) -> str:
-        """The RediSearch hybrid policy a vector query with this filter runs with (chosen by
-        the filter's count, cached a few seconds under `key`, by default the filter)."""
+        """The RediSearch hybrid policy a vector query with this filter runs with in the
+        namespace's own index (chosen by the filter's count, cached a few seconds under
+        `key`, by default the filter)."""
         actual = str(where)
 
         async def count(filter_: str) -> int:
             filter_ = actual if filter_ == key else filter_
-            return (await self._search(ns, CountQuery(filter_expression=filter_))).total
+            return await self.count(ns, FilterExpression(filter_))
 
         return await self._policy.choose(ns, key or actual, count)
+
+    async def count(self, ns: str, where: FilterExpression) -> int:
+        """How many of the namespace's memories pass `where`."""
+
+        async def query(space: Namespace) -> CountQuery:
+            return CountQuery(filter_expression=space.confine(where))
+
+        return (await self._search(ns, query)).total
 
     async def text(
         self,
@@ -531,10 +607,14 @@ class Store:
     ) -> list[Candidate]:
         """The k best full-text (BM25) matches of any of `terms` in content or tags; with
         `among`, only those memories (ids) are scored; with `current`, none superseded."""
-        query = Query(text_match(terms, where, current)).scorer("BM25STD").with_scores()
-        if among is not None:
-            query = query.limit_ids(*(keys.record_key(ns, mid) for mid in among))
-        query = query.return_fields(*CANDIDATE_FIELDS).paging(0, k).dialect(2)
+
+        async def query(space: Namespace) -> Query:
+            q = Query(text_match(terms, where, current, space.mine_for_text))
+            q = q.scorer("BM25STD").with_scores()
+            if among is not None:
+                q = q.limit_ids(*(keys.record_key(ns, mid) for mid in among))
+            return q.return_fields(*CANDIDATE_FIELDS).paging(0, k).dialect(2)
+
         return self._candidates(ns, await self._search(ns, query, with_scores=True))
 
     def _candidates(self, ns: str, found: Found) -> list[Candidate]:
@@ -553,20 +633,28 @@ class Store:
         """Memories newest first (or oldest first), read as `shape` (`Summary`, `Record`,
         `Mentions`), with the total that match."""
         names = RECORD_FIELDS if shape is Record else storage_fields(shape)
-        query = FilterQuery(
-            filter_expression=where,
-            return_fields=list(names),
-            num_results=limit,
-            sort_by=("created_at", "ASC" if oldest_first else "DESC"),
-        )
-        query.paging(offset, limit)
+
+        async def query(space: Namespace) -> FilterQuery:
+            q = FilterQuery(
+                filter_expression=space.confine(where),
+                return_fields=list(names),
+                num_results=limit,
+                sort_by=("created_at", "ASC" if oldest_first else "DESC"),
+            )
+            q.paging(offset, limit)
+            return q
+
         found = await self._search(ns, query)
         return Page(found.total, _decode_docs(ns, found, shape))
 
     async def ids(self, ns: str, where: FilterExpression, limit: int) -> tuple[list[str], int]:
         """Ids of up to `limit` matching memories (no content loaded), and how many match."""
-        query = FilterQuery(filter_expression=where, num_results=limit)
-        query.no_content()
+
+        async def query(space: Namespace) -> FilterQuery:
+            q = FilterQuery(filter_expression=space.confine(where), num_results=limit)
+            q.no_content()
+            return q
+
         found = await self._search(ns, query)
         return [keys.id_of(ns, key) for key, _ in found.docs], found.total
 
@@ -582,47 +670,68 @@ class Store:
 
     async def aggregate(self, ns: str, where: FilterExpression) -> list[TypeGroup]:
         """Counts by type and scope side, tag lists and created_at bounds: no content."""
-        req = (
-            AggregateRequest(str(where))
-            .group_by(
-                ["@type", "@general"],
-                reducers.count().alias("n"),
-                reducers.tolist("@tags").alias("tags"),
-                reducers.min("@created_at").alias("oldest"),
-                reducers.max("@created_at").alias("newest"),
-                reducers.min("@expires_at").alias("expiry"),
+
+        async def run(space: Namespace) -> Any:
+            req = (
+                AggregateRequest(str(space.confine(where)))
+                .group_by(
+                    ["@type", "@general"],
+                    reducers.count().alias("n"),
+                    reducers.tolist("@tags").alias("tags"),
+                    reducers.min("@created_at").alias("oldest"),
+                    reducers.max("@created_at").alias("newest"),
+                    reducers.min("@expires_at").alias("expiry"),
+                )
+                .dialect(2)
             )
-            .dialect(2)
-        )
-        result = await self._on_index(ns, lambda index: index.aggregate(req))
+            return await space.index.aggregate(req)
+
+        result = await self._on_index(ns, run)
         return [msgspec.convert(parse_row(raw), TypeGroup, strict=False) for raw in result.rows]
 
-    async def _on_index(self, ns: str, run: Callable[[AsyncSearchIndex], Awaitable[T]]) -> T:
-        """Run a query against the namespace's index; if the index vanished under us
-        (dropped or flushed), create it again and retry, once."""
-        index = (await self.indexes.get(ns)).index
-        async with self._guard():
-            try:
-                return await run(index)
-            except (redis.exceptions.ResponseError, RedisSearchError) as exc:
-                if not is_missing_index(exc) or is_connection_error(exc):
-                    raise
+    async def _on_index(self, ns: str, run: Callable[[Namespace], Awaitable[T]]) -> T:
+        """Run a query against the index that holds the namespace. If the index vanished
+        under us (dropped or flushed), set it up again and retry; likewise when the
+        namespace was promoted out of its pool (or lost) while it ran: its tier, read after
+        the query, is then no longer its pool number, and the query may have missed memories
+        that had left the pool."""
+        space = await self.indexes.get(ns)
+        for attempt in range(3):
+            async with self._guard():
+                try:
+                    out = await run(space)
+                except (redis.exceptions.ResponseError, RedisSearchError) as exc:
+                    if not is_missing_index(exc) or is_connection_error(exc) or attempt == 2:
+                        raise
+                else:
+                    if space.pool is None:
+                        return out
+                    tier = await self.client.get(keys.tier_key(ns))
+                    if tier is not None and text(tier) == str(space.pool):
+                        return out
             self.indexes.forget(ns)
             self.summaries.forget(ns)
-            index = (await self.indexes.get(ns)).index
-            return await run(index)
+            space = await self.indexes.get(ns)
+        return out  # the pool was left twice in a row: a namespace is promoted only once
 
-    async def _search(self, ns: str, query: Any, with_scores: bool = False) -> Found:
-        """Run a redisvl (or redis-py) query as a raw FT.SEARCH: redis-py's own result
-        objects cost more to build than the query takes in Redis."""
-        args: list[Any] = list(query.get_args())
-        if params := getattr(query, "params", None):
-            args += ["PARAMS", 2 * len(params)]
-            for key, value in params.items():
-                args += [key, value]
+    async def _search(
+        self,
+        ns: str,
+        build: Callable[[Namespace], Awaitable[Any]],
+        with_scores: bool = False,
+    ) -> Found:
+        """Run a redisvl (or redis-py) query, built for the namespace's index, as a raw
+        FT.SEARCH: redis-py's own result objects cost more to build than the query takes in
+        Redis."""
 
-        async def run(index: AsyncSearchIndex) -> Found:
-            raw = await self.client.execute_command("FT.SEARCH", index.name, *args)
+        async def run(space: Namespace) -> Found:
+            query = await build(space)
+            args: list[Any] = list(query.get_args())
+            if params := getattr(query, "params", None):
+                args += ["PARAMS", 2 * len(params)]
+                for key, value in params.items():
+                    args += [key, value]
+            raw = await self.client.execute_command("FT.SEARCH", space.index.name, *args)
             return parse_search(raw, with_scores)
 
         return await self._on_index(ns, run)

@@ -1,0 +1,288 @@
+"""Small namespaces share a pool index; one that outgrows it gets its own (issue 11).
+
+Isolation in a pool rests on the `pool` filter that every query carries, so these tests
+check it on every read a namespace has, and that a promotion loses nothing: not the memories
+written while it runs, nor the reads of a handler that has not heard of it yet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import uuid
+
+import pytest
+
+from contracts import (
+    AddRequest,
+    DescribeRequest,
+    GetRequest,
+    ListRequest,
+    PeopleRequest,
+    RecallRequest,
+    SearchRequest,
+    TimelineRequest,
+)
+from handlers import ops as operations
+from handlers.embed import HashEmbedder
+from handlers.ops.deps import Deps
+from handlers.store.keys import OWN_INDEX, index_name, pool_index_name, tier_key
+from handlers.store.schema import POOL_FIELD
+from handlers.store.store import Store
+
+
+def _ns() -> str:
+    return f"t{uuid.uuid4().hex[:12]}"
+
+
+def _deps(in_process, pool_max: int = 1000, dimension: int = 384) -> Deps:
+    """A handler of its own (its own caches) on the test Redis."""
+    base: Deps = in_process.deps
+    store = Store(base.store.client, "hash", dimension, pool_max=pool_max)
+    return dataclasses.replace(base, store=store, embedder=HashEmbedder(dimension))
+
+
+async def _tier(deps: Deps, ns: str) -> str:
+    return (await deps.store.client.get(tier_key(ns))).decode()
+
+
+async def _add(deps: Deps, ns: str, content: str, **kw) -> str:
+    reply = await operations.add(ns, AddRequest(type="knowledge", content=content, **kw), deps)
+    await deps.store.settle()  # promotions run after the reply
+    return reply.id
+
+
+async def _in_pool(deps: Deps, ns: str) -> int:
+    """How many of the namespace's memories its pool index holds."""
+    pool = int(await _tier(deps, ns))
+    raw = await deps.store.client.execute_command(
+        "FT.SEARCH", pool_index_name(pool % 65536), f"@pool:[{pool} {pool}]", "LIMIT", 0, 0
+    )
+    return raw[b"total_results"] if isinstance(raw, dict) else raw[0]
+
+
+async def _everything(deps: Deps, ns: str, anchor: str) -> dict[str, object]:
+    """What each read of the namespace shows: ids and counts, by operation."""
+    out: dict[str, object] = {}
+    for mode in ("vector", "text", "hybrid"):
+        reply = await operations.search(
+            ns, SearchRequest(query="shared words", mode=mode, limit=50, scope="both"), deps
+        )
+        out[mode] = sorted(r.id for r in reply.results)
+    listed = await operations.list_(ns, ListRequest(limit=100, workflow_id="wf-1"), deps)
+    out["list"] = sorted(m.id for m in listed.memories)
+    out["list_total"] = listed.total
+    described = await operations.describe(ns, DescribeRequest(workflow_id="wf-1"), deps)
+    out["describe"] = (described.total, described.by_type, described.tags)
+    recalled = await operations.recall(
+        ns,
+        RecallRequest(message="shared words", session_id=uuid.uuid4().hex, workflow_id="wf-1"),
+        deps,
+    )
+    out["recall"] = sorted(m.id for m in recalled.results)
+    timeline = await operations.timeline(
+        ns, TimelineRequest(anchor=anchor, before=20, after=20, workflow_id="wf-1"), deps
+    )
+    out["timeline"] = sorted(m.id for m in timeline.memories)
+    people = await operations.people(ns, PeopleRequest(workflow_id="wf-1"), deps)
+    out["people"] = sorted(p.name for p in people.people)
+    return out
+
+
+async def test_namespaces_sharing_a_pool_never_see_each_others_memories(in_process) -> None:
+    deps = _deps(in_process)
+    a, b = _ns(), _ns()
+    mine = [
+        await _add(
+            deps,
+            a,
+            f"shared words {i} about Ada",
+            workflow_id="wf-1",
+            tags=["x"],
+            related_people=["Ada"],
+        )
+        for i in range(3)
+    ]
+    theirs = [
+        await _add(
+            deps,
+            b,
+            f"shared words {i} about Bob",
+            workflow_id="wf-1",
+            tags=["y"],
+            related_people=["Bob"],
+        )
+        for i in range(4)
+    ]
+
+    tier_a, tier_b = int(await _tier(deps, a)), int(await _tier(deps, b))
+    assert tier_a != tier_b and tier_a % 65536 == tier_b % 65536 == 384  # one pool index
+    seen_a, seen_b = await _everything(deps, a, mine[0]), await _everything(deps, b, theirs[0])
+
+    for seen, ids, person, tag in ((seen_a, mine, "Ada", "x"), (seen_b, theirs, "Bob", "y")):
+        for mode in ("vector", "text", "hybrid", "list", "timeline"):
+            assert seen[mode] == sorted(ids), mode
+        assert seen["recall"] and set(seen["recall"]) <= set(ids)
+        assert seen["list_total"] == len(ids)
+        assert seen["describe"] == (len(ids), {"knowledge": len(ids)}, [tag])
+        assert seen["people"] == [person]
+    # A memory's id is no key into another namespace.
+    got = await operations.get(a, GetRequest(ids=theirs[:2]), deps)
+    assert got.memories == [] and sorted(got.missing) == sorted(theirs[:2])
+
+
+async def test_a_namespace_that_outgrows_the_pool_gets_its_own_index(in_process) -> None:
+    deps, ns = _deps(in_process, pool_max=10), _ns()
+    ids = [await _add(deps, ns, f"shared words note {i}", workflow_id="wf-1") for i in range(9)]
+    assert await _in_pool(deps, ns) == 9
+    before = await _everything(deps, ns, ids[0])
+
+    # The first add and every 32nd count the namespace: make the 10th one a check.
+    deps.store._pooled_adds[ns] = 32
+    ids.append(await _add(deps, ns, "shared words note 9", workflow_id="wf-1"))
+
+    assert await _tier(deps, ns) == OWN_INDEX
+    info = await deps.store.client.execute_command("FT.INFO", index_name(ns))
+    assert (
+        int(info[b"num_docs"] if isinstance(info, dict) else info[info.index(b"num_docs") + 1])
+        == 10
+    )
+    assert await _in_pool_after_promotion(deps, ns) == 0
+    after = await _everything(deps, ns, ids[0])
+    assert after["list"] == sorted(ids)
+    assert after["vector"] == sorted(ids) and after["text"] == sorted(ids)
+    assert after["describe"][0] == 10 and before["describe"][0] == 9
+    # New memories go to the namespace's own index only.
+    late = await _add(deps, ns, "shared words note 10", workflow_id="wf-1")
+    assert not await deps.store.client.hexists(f"membus:{ns}:m:{late}", POOL_FIELD)
+    listed = await operations.list_(ns, ListRequest(limit=100), deps)
+    assert listed.total == 11
+
+
+async def _in_pool_after_promotion(deps: Deps, ns: str) -> int:
+    """Memories of the namespace still carrying a pool number (the pool indexes them)."""
+    client = deps.store.client
+    keys = [k async for k in client.scan_iter(match=f"membus:{ns}:m:*")]
+    return sum([await client.hexists(k, POOL_FIELD) for k in keys])
+
+
+async def test_a_handler_that_missed_the_promotion_reads_and_writes_the_right_index(
+    in_process,
+) -> None:
+    promoter, stale, ns = _deps(in_process, pool_max=5), _deps(in_process, pool_max=5), _ns()
+    ids = [await _add(promoter, ns, f"shared words {i}") for i in range(4)]
+    # The other handler has the namespace cached as pooled.
+    first = await operations.search(ns, SearchRequest(query="shared words", limit=50), stale)
+    assert len(first.results) == 4
+
+    assert await promoter.store.indexes.promote(ns)
+    assert await _in_pool_after_promotion(promoter, ns) == 0
+
+    # Its next reads find the pool empty of the namespace, see the tier moved, and retry.
+    hits = await operations.search(ns, SearchRequest(query="shared words", limit=50), stale)
+    assert sorted(h.id for h in hits.results) == sorted(ids)
+    listed = await operations.list_(ns, ListRequest(limit=50), stale)
+    assert listed.total == 4
+    # Its writes read the tier in the write script itself.
+    late = await _add(stale, ns, "written by the stale handler")
+    assert not await stale.store.client.hexists(f"membus:{ns}:m:{late}", POOL_FIELD)
+    listed = await operations.list_(ns, ListRequest(limit=50), promoter)
+    assert listed.total == 5
+
+
+async def test_memories_written_during_a_promotion_are_all_kept(in_process) -> None:
+    deps, writer, ns = _deps(in_process, pool_max=5), _deps(in_process, pool_max=5), _ns()
+    for i in range(20):
+        await _add(deps, ns, f"before the move {i}")
+
+    async def write() -> list[str]:
+        return [await _add(writer, ns, f"during the move {i}") for i in range(40)]
+
+    promoted, written = await asyncio.gather(deps.store.indexes.promote(ns), write())
+
+    assert promoted
+    listed = await operations.list_(ns, ListRequest(limit=100), deps)
+    assert listed.total == 60
+    assert set(written) <= {m.id for m in listed.memories}
+    assert await _in_pool_after_promotion(deps, ns) == 0
+    hits = await operations.search(ns, SearchRequest(query="during", mode="text", limit=60), deps)
+    assert sorted(h.id for h in hits.results) == sorted(written)
+
+
+async def test_pool_max_zero_gives_every_namespace_its_own_index(in_process) -> None:
+    deps, ns = _deps(in_process, pool_max=0), _ns()
+    mid = await _add(deps, ns, "on its own from the start")
+
+    assert await _tier(deps, ns) == OWN_INDEX
+    assert not await deps.store.client.hexists(f"membus:{ns}:m:{mid}", POOL_FIELD)
+    hits = await operations.search(ns, SearchRequest(query="on its own"), deps)
+    assert [h.id for h in hits.results] == [mid]
+
+
+async def test_a_namespace_from_before_pools_keeps_its_own_index(in_process) -> None:
+    old, ns = _deps(in_process, pool_max=0), _ns()
+    mid = await _add(old, ns, "written by an older version")
+    await old.store.client.delete(tier_key(ns))  # older versions kept no tier
+
+    new = _deps(in_process)
+    hits = await operations.search(ns, SearchRequest(query="older version"), new)
+    later = await _add(new, ns, "written after the upgrade")
+
+    assert [h.id for h in hits.results] == [mid]
+    assert await _tier(new, ns) == OWN_INDEX
+    assert not await new.store.client.hexists(f"membus:{ns}:m:{later}", POOL_FIELD)
+    listed = await operations.list_(ns, ListRequest(limit=10), new)
+    assert listed.total == 2
+
+
+async def test_a_namespace_redis_lost_is_set_up_again_by_its_next_write(in_process) -> None:
+    deps, ns = _deps(in_process), _ns()
+    await _add(deps, ns, "before the loss")
+    # Redis lost the namespace's set-up (not its memories): the handler still has it cached.
+    await deps.store.client.delete(tier_key(ns), f"membus:meta:{ns}")
+
+    mid = await _add(deps, ns, "after the loss")
+
+    assert int(await _tier(deps, ns)) % 65536 == 384
+    hits = await operations.search(ns, SearchRequest(query="after the loss", mode="text"), deps)
+    assert mid in [h.id for h in hits.results]
+
+
+async def test_namespaces_of_different_dimensions_get_different_pools(in_process) -> None:
+    small, big = _deps(in_process, dimension=16), _deps(in_process, dimension=384)
+    a, b = _ns(), _ns()
+    in_a = await _add(small, a, "sixteen dimensions")
+    in_b = await _add(big, b, "three hundred eighty four dimensions")
+
+    assert int(await _tier(small, a)) % 65536 == 16
+    assert int(await _tier(big, b)) % 65536 == 384
+    hits_a = await operations.search(a, SearchRequest(query="dimensions", mode="vector"), small)
+    hits_b = await operations.search(b, SearchRequest(query="dimensions", mode="vector"), big)
+    assert [h.id for h in hits_a.results] == [in_a]
+    assert [h.id for h in hits_b.results] == [in_b]
+
+
+@pytest.mark.parametrize("name", ["a-b", "A_B", "ab"])
+async def test_similar_namespace_names_stay_apart_in_a_pool(in_process, name: str) -> None:
+    deps = _deps(in_process)
+    suffix = uuid.uuid4().hex[:8]
+    ns, other = f"{name}{suffix}", f"{name}{suffix}-x"
+    mine = await _add(deps, ns, "same words everywhere")
+    await _add(deps, other, "same words everywhere")
+
+    for mode in ("vector", "text", "hybrid"):
+        hits = await operations.search(ns, SearchRequest(query="same words", mode=mode), deps)
+        assert [h.id for h in hits.results] == [mine], mode
+
+
+async def test_a_dropped_pool_index_is_created_again_on_the_next_query(in_process) -> None:
+    deps, ns = _deps(in_process), _ns()
+    mid = await _add(deps, ns, "survives a pool index drop")
+    pool = int(await _tier(deps, ns))
+    await deps.store.client.execute_command("FT.DROPINDEX", pool_index_name(pool % 65536))
+
+    hits = await operations.search(ns, SearchRequest(query="pool index drop", mode="text"), deps)
+    described = await operations.describe(ns, DescribeRequest(), deps)
+
+    assert [h.id for h in hits.results] == [mid]
+    assert described.total == 1
