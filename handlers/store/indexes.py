@@ -4,12 +4,13 @@ the current schema, and forgotten when Redis was lost, since it may come back wi
 A new namespace starts *pooled*: its memories carry a `pool` field (a number of its own)
 and live in the index its vector dimension's small namespaces share
 (`schema.pool_schema_dict`), and every query of it is confined to its own memories by that
-field (`Namespace.confine`). Once it holds
-`pool_max` memories it is *promoted* to an index of its own (`promote`), for good. Where a
-namespace is indexed is the `keys.tier_key` (its pool number, or `own`), which the write
-scripts read, so a memory is written into the right index even by a handler that has not
-yet heard of a promotion; readers of a pooled namespace check it after each query (`Store`).
-A namespace from before pools has no tier key and keeps its own index."""
+field (`Namespace.confine`). Once it holds `pool_max` memories it is *promoted* to an
+index of its own (`promote`), for good. Where a namespace is indexed is the
+`keys.tier_key` (its pool number, or `own`), which the write scripts read, so a memory is
+written into the right index even by a handler that has not yet heard of a promotion;
+readers of a pooled namespace check it after each query (`Store`). Pools are off unless
+`MEMBUS_POOL_MAX` is set. A namespace from before pools has no tier key and keeps its own
+index."""
 
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ from handlers.store.keys import (
     POOL_SEQUENCE,
     index_name,
     meta_key,
+    pool_dimension_filter,
     pool_number,
     record_prefix,
     tier_key,
@@ -40,7 +42,6 @@ from handlers.store.resp import index_attributes, text
 from handlers.store.schema import (
     POOL_FIELD,
     NamespaceMeta,
-    pool_filter,
     pool_schema_dict,
     schema_dict,
 )
@@ -68,7 +69,9 @@ class Namespace(NamedTuple):
         RediSearch drives an intersection from its smallest part; driven from a small
         filter, it reads the text part lazily and scores only one of a word's forms
         (`migration`, `+migrat`) for some documents, so equal memories scored 2/3 of each
-        other. A negation counts as large, so the words drive and every form is scored."""
+        other. A negation counts as large, so the words drive and every form is scored (in
+        a reproduction; with every test pooled, one test still saw the 2/3, which is why
+        pools are opt-in) at the cost of reading the words' matches across the pool."""
         if self.pool is None:
             return None
         return f"-@{POOL_FIELD}:[-inf ({self.pool}] -@{POOL_FIELD}:[({self.pool} +inf]"
@@ -161,12 +164,8 @@ class Indexes:
         index = AsyncSearchIndex(
             IndexSchema.from_dict(schema_dict(ns, dimension)), redis_client=self.client
         )
-        try:
+        async with _unless_exists():
             await index.create(overwrite=False)
-        except RedisSearchError as exc:
-            # Another replica created it between our check and our create.
-            if "already exists" not in str(exc).lower():
-                raise
         await self._add_missing_fields(index)
         await self._wait_indexed(index, wait_s)
         return index
@@ -181,14 +180,11 @@ class Indexes:
         )
         # redisvl has no FILTER: the FT.CREATE is sent as is.
         args: list[Any] = ["ON", "HASH", "PREFIX", 1, index.schema.index.prefix]
-        args += ["FILTER", pool_filter(dimension), "SCHEMA"]
+        args += ["FILTER", pool_dimension_filter(dimension, POOL_FIELD), "SCHEMA"]
         for field in index.schema.redis_fields:
             args += field.redis_args()
-        try:
+        async with _unless_exists():
             await self.client.execute_command("FT.CREATE", index.name, *args)
-        except redis.exceptions.ResponseError as exc:
-            if "already exists" not in str(exc).lower():
-                raise
         await self._add_missing_fields(index)
         await self._wait_indexed(index)
         self._pools[dimension] = index
@@ -201,8 +197,8 @@ class Indexes:
         In order: create the index (which indexes the namespace's memories, pool field or
         not), switch the tier (from here on writes leave the pool out, and readers of the
         pool retry), then take the pool field off every memory so the pool drops them. A
-        reader of the pool that checks the tier after its query and still sees the pool tag
-        thus saw every memory. Run it under the namespace's lock."""
+        reader of the pool that checks the tier after its query and still sees the pool
+        number thus saw every memory. Run it under the namespace's lock."""
         async with self._guard():
             tier = await self.client.get(tier_key(ns))
             if tier is None or text(tier) == OWN_INDEX:
@@ -244,6 +240,16 @@ class Indexes:
             if not int(info.get("indexing", 0)):
                 return
             await asyncio.sleep(0.01)
+
+
+@contextlib.asynccontextmanager
+async def _unless_exists() -> AsyncIterator[None]:
+    """An FT.CREATE that another replica beat us to is fine."""
+    try:
+        yield
+    except (RedisSearchError, redis.exceptions.ResponseError) as exc:
+        if "already exists" not in str(exc).lower():
+            raise
 
 
 async def _batches(keys: AsyncIterator[Any], size: int = 500) -> AsyncIterator[list[Any]]:

@@ -10,7 +10,6 @@ import msgspec
 from handlers.store.keys import (
     ROOT,
     index_name,
-    pool_dimension_filter,
     pool_index_name,
     record_prefix,
 )
@@ -94,8 +93,3 @@ def pool_schema_dict(dimension: int) -> dict[str, Any]:
             field["attrs"] = {**field["attrs"], "algorithm": "flat"}
     schema["fields"].insert(0, {"name": POOL_FIELD, "type": "numeric"})
     return schema
-
-
-def pool_filter(dimension: int) -> str:
-    """The pool index's FILTER (see `keys.pool_dimension_filter`)."""
-    return pool_dimension_filter(dimension, POOL_FIELD)

@@ -28,7 +28,7 @@ end
 
 
 # Where a new memory is indexed (keys.tier_key): a pooled namespace's memories carry its pool
-# tag in the `pool` field, read here so that a write follows a promotion at once. Nil when
+# number in the `pool` field, read here so that a write follows a promotion at once. Nil when
 # the namespace is not set up (Redis lost it): the write is refused, see `Store.add`.
 _POOLED = """
 local function pooled(tierkey, pairs)

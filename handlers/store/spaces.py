@@ -93,6 +93,10 @@ _NO_WORKSPACE = "no_workspace"  # what the state scripts return for a missing wo
 _UNSET = "unset"  # ... and for a namespace Redis lost (no tier key)
 
 
+# Store.write_set_up: run a write script, set the namespace up again if it answers `unset`.
+WriteSetUp = Callable[[str, Callable[[], Awaitable[str]], object], Awaitable[str]]
+
+
 class NoWorkspace(Exception):
     """A state operation named a workspace that does not exist (nothing was written)."""
 
@@ -104,12 +108,12 @@ class Spaces:
         self,
         client: aioredis.Redis,
         guard: Guard,
-        set_up: Callable[[str], Awaitable[object]] | None = None,
+        write_set_up: WriteSetUp,
     ) -> None:
         self.client = client
         self._guard = guard
-        # Sets a namespace up again after Redis lost it (see Store.add).
-        self._set_up = set_up
+        # Runs a record write, setting the namespace up again if Redis lost it (Store's).
+        self._write_set_up = write_set_up
         self._create_workspace = client.register_script(CREATE_WORKSPACE_LUA)
         self._update_workspace = client.register_script(UPDATE_WORKSPACE_LUA)
         self._create_state = client.register_script(CREATE_STATE_LUA)
@@ -188,14 +192,11 @@ class Spaces:
             keys.generation_key(ns),
             keys.tier_key(ns),
         ]
-        async with self._guard():
-            out = text(await self._create_state(keys=state_keys, args=args))
-        if out == _UNSET and self._set_up is not None:
-            await self._set_up(ns)
-            async with self._guard():
-                out = text(await self._create_state(keys=state_keys, args=args))
-        if out == _UNSET:
-            raise RuntimeError(f"namespace {ns!r} is not set up in Redis")
+
+        async def write() -> str:
+            return text(await self._create_state(keys=state_keys, args=args))
+
+        out = await self._write_set_up(ns, write, _UNSET)
         if out == _NO_WORKSPACE:
             raise NoWorkspace(workspace)
         return out  # type: ignore[return-value]

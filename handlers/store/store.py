@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Generic, NamedTuple, TypeVar
 
 import msgspec
@@ -169,7 +169,7 @@ class Store:
             client, NamespaceMeta(embedder_name, dimension), self._guard, pool_max
         )
         # Workspaces and the names of states.
-        self.spaces = Spaces(client, self._guard, self._set_up_again)
+        self.spaces = Spaces(client, self._guard, self.write_set_up)
         # New memories written into each pooled namespace since its size was last checked.
         self._pooled_adds: dict[str, int] = {}
         self._policy = HybridPolicy()
@@ -185,11 +185,20 @@ class Store:
         self._locks = Locks(client, self._guard)
         self.summaries = Summaries(client)
 
-    async def _set_up_again(self, ns: str) -> None:
-        """Redis lost the namespace (a write found no tier key): set it up anew."""
-        self.indexes.forget(ns)
-        self.summaries.forget(ns)
-        await self.indexes.get(ns)
+    async def write_set_up(self, ns: str, write: Callable[[], Awaitable[T]], unset: object) -> T:
+        """Run a write script that answers `unset` (writing nothing) when the namespace has
+        no tier key: Redis lost the namespace, so set it up anew and write once more."""
+        async with self._guard():
+            out = await write()
+        if out == unset:
+            self.indexes.forget(ns)
+            self.summaries.forget(ns)
+            await self.indexes.get(ns)
+            async with self._guard():
+                out = await write()
+        if out == unset:
+            raise RuntimeError(f"namespace {ns!r} is not set up in Redis")
+        return out
 
     async def meta(self, ns: str) -> NamespaceMeta:
         """What the namespace's vectors are (its index is created on first use)."""
@@ -238,16 +247,11 @@ class Store:
         dedup = keys.dedup_key(ns, rec.content_hash)
         add_keys = [dedup, keys.record_key(ns, rec.id), keys.generation_key(ns), keys.tier_key(ns)]
         space = await self.indexes.get(ns)
-        async with self._guard():
-            out = await self._add(keys=add_keys, args=args + _args(fields))
-        if out == _UNSET:
-            await self._set_up_again(ns)
-            async with self._guard():
-                out = await self._add(keys=add_keys, args=args + _args(fields))
+        out = await self.write_set_up(
+            ns, lambda: self._add(keys=add_keys, args=args + _args(fields)), _UNSET
+        )
         if out == 1:
             raise AlreadyApplied(rec.id)
-        if out == _UNSET:
-            raise RuntimeError(f"namespace {ns!r} is not set up in Redis")
         if out:
             return _record(RECORD_FIELDS, out)
         if space.pool is not None:
@@ -264,9 +268,7 @@ class Store:
             return
         if len(self._pooled_adds) > 4096:
             self._pooled_adds.clear()
-        task = asyncio.ensure_future(self._promote_if_grown(ns))
-        self._background.add(task)
-        task.add_done_callback(self._promoted)
+        self._later(self._promote_if_grown(ns), "store.promote_failed")
 
     async def _promote_if_grown(self, ns: str) -> None:
         if (await self.count(ns, FilterExpression("*"))) < self.indexes.pool_max:
@@ -275,11 +277,6 @@ class Store:
             if await self.indexes.promote(ns):
                 self._pooled_adds.pop(ns, None)
                 self.summaries.forget(ns)
-
-    def _promoted(self, task: asyncio.Future[None]) -> None:
-        self._background.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.warning("store.promote_failed", error=repr(task.exception()))
 
     async def mention(
         self, ns: str, memory_id: str, now_ms: int, entry: Entry, workspace: str | None
@@ -466,16 +463,21 @@ class Store:
     def touch_later(self, ns: str, ids: list[str], now_ms: int) -> None:
         """Count an access to each live memory, after the reply: access counters are
         bookkeeping that no reply waits for (a failure is logged, not raised)."""
-        if not ids:
-            return
-        task = asyncio.ensure_future(self.touch(ns, ids, now_ms))
-        self._background.add(task)
-        task.add_done_callback(self._touched)
+        if ids:
+            self._later(self.touch(ns, ids, now_ms), "store.touch_failed")
 
-    def _touched(self, task: asyncio.Future[None]) -> None:
-        self._background.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.warning("store.touch_failed", error=repr(task.exception()))
+    def _later(self, work: Coroutine[Any, Any, None], failed: str) -> None:
+        """Run `work` in the background (kept until done, awaited by `settle`); a failure
+        is logged as `failed`."""
+        task = asyncio.ensure_future(work)
+        self._background.add(task)
+
+        def done(task: asyncio.Future[None]) -> None:
+            self._background.discard(task)
+            if not task.cancelled() and task.exception() is not None:
+                log.warning(failed, error=repr(task.exception()))
+
+        task.add_done_callback(done)
 
     async def settle(self) -> None:
         """Wait for the access counts still being written (at shutdown)."""

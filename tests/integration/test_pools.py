@@ -92,28 +92,21 @@ async def _everything(deps: Deps, ns: str, anchor: str) -> dict[str, object]:
 async def test_namespaces_sharing_a_pool_never_see_each_others_memories(in_process) -> None:
     deps = _deps(in_process)
     a, b = _ns(), _ns()
-    mine = [
-        await _add(
-            deps,
-            a,
-            f"shared words {i} about Ada",
-            workflow_id="wf-1",
-            tags=["x"],
-            related_people=["Ada"],
-        )
-        for i in range(3)
-    ]
-    theirs = [
-        await _add(
-            deps,
-            b,
-            f"shared words {i} about Bob",
-            workflow_id="wf-1",
-            tags=["y"],
-            related_people=["Bob"],
-        )
-        for i in range(4)
-    ]
+
+    async def fill(ns: str, n: int, person: str, tag: str) -> list[str]:
+        return [
+            await _add(
+                deps,
+                ns,
+                f"shared words {i} about {person}",
+                workflow_id="wf-1",
+                tags=[tag],
+                related_people=[person],
+            )
+            for i in range(n)
+        ]
+
+    mine, theirs = await fill(a, 3, "Ada", "x"), await fill(b, 4, "Bob", "y")
 
     tier_a, tier_b = int(await _tier(deps, a)), int(await _tier(deps, b))
     assert tier_a != tier_b and tier_a % 65536 == tier_b % 65536 == 384  # one pool index
