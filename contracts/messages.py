@@ -465,6 +465,64 @@ class CaptureRequest(Request, kw_only=True):
             raise ValueError("`tool` is blank: give the name of the tool that ran")
 
 
+class ExportRequest(Request, kw_only=True):
+    """A page of the namespace's live memories, whole (PROTOCOL v2 "Export and import"):
+    start with the default cursor and pass each reply's `cursor` on until it is null."""
+
+    # SCAN's cursor: "0" starts.
+    cursor: Annotated[str, msgspec.Meta(pattern=r"^[0-9]{1,20}\Z")] = "0"
+    # Instead of a cursor: exactly these memories (a previous reply's `pending`).
+    ids: Ids | None = None
+    limit: Annotated[int, msgspec.Meta(ge=1, le=limits.MAX_EXPORT_LIMIT)] = 200
+    # Include each memory's stored vector (so an import needs no embedder).
+    embeddings: bool = False
+
+
+class ImportedMemory(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """One memory of an `import`: an `export` line, checked like an `add`."""
+
+    id: MemoryId
+    type: TypeName
+    content: Annotated[str, msgspec.Meta(min_length=1)]
+    tags: Tags = []
+    importance: Importance = 0.5
+    workflow_id: WorkflowId | None = None
+    agent_id: AgentId | None = None
+    source: Source | None = None
+    metadata: dict[str, Any] = {}
+    created_at: datetime
+    updated_at: datetime | None = None
+    # Null: permanent.
+    expires_at: datetime | None = None
+    access_count: Annotated[int, msgspec.Meta(ge=0)] = 0
+    last_accessed_at: datetime | None = None
+    mention_count: Annotated[int, msgspec.Meta(ge=1)] = 1
+    session_id: SessionId | None = None
+    title: Title | None = None
+    facts: Facts = []
+    narrative: Narrative | None = None
+    related_files: Files = []
+    related_people: People = []
+    superseded_by: MemoryId | None = None
+    workspace: Name | None = None
+    store: MemoryStore = "private"
+    # The exact-dedup key as exported ("" outside dedup); absent: computed as `add` does.
+    content_hash: Annotated[str, msgspec.Meta(max_length=64)] | None = None
+    embedding: Embedding | None = None
+
+    def __post_init__(self) -> None:
+        self.tags = normalize_tags(self.tags)
+
+
+class ImportRequest(Request, kw_only=True):
+    """Write exported memories as they were: same ids, times, expiry and counters. A memory
+    whose id exists already is left as it is, so running an import twice changes nothing."""
+
+    memories: Annotated[
+        list[ImportedMemory], msgspec.Meta(min_length=1, max_length=limits.MAX_IMPORT)
+    ]
+
+
 REQUEST_TYPES: dict[str, type[Request]] = {
     "add": AddRequest,
     "search": SearchRequest,
@@ -488,6 +546,8 @@ REQUEST_TYPES: dict[str, type[Request]] = {
     "load_state": LoadStateRequest,
     "archive_state": ArchiveStateRequest,
     "capture": CaptureRequest,
+    "export": ExportRequest,
+    "import": ImportRequest,
 }
 
 # --------------------------------------------------------------------------- records
@@ -705,6 +765,33 @@ class PeopleReply(Reply, kw_only=True):
 class DeleteReply(Reply, kw_only=True):
     deleted: int
     missing: list[str]
+
+
+class ExportedMemory(Memory, kw_only=True):
+    """A memory as `export` gives it: everything `import` needs to write it back."""
+
+    # The exact-dedup key ("" for a memory outside dedup); opaque to clients.
+    content_hash: str = ""
+    # The stored vector, when the export asked for `embeddings`.
+    embedding: list[float] | None = None
+
+
+class ExportReply(Reply, kw_only=True):
+    memories: list[ExportedMemory]
+    # Pass it to the next export; null when the whole namespace has been read. A memory may
+    # come twice across pages (Redis SCAN): a reader keeps the first.
+    cursor: str | None
+    # Ids of this page that did not fit the reply: export them with `ids`.
+    pending: list[str] = []
+    embedder: str
+    dimension: int
+
+
+class ImportReply(Reply, kw_only=True):
+    # Written now; already there (left untouched); expired before they could be written.
+    created: list[str] = []
+    existing: list[str] = []
+    expired: list[str] = []
 
 
 class ClearByTypeReply(Reply, kw_only=True):

@@ -10,7 +10,7 @@ PREFIX = "mem"
 DURABLE_PREFIX = "memq"
 DURABLE_STREAM = "MEMBUS_WRITES"
 DURABLE_CONSUMER = "membus-handlers"
-DURABLE_OPERATIONS = ("add", "update", "delete", "capture")
+DURABLE_OPERATIONS = ("add", "update", "delete", "capture", "import")
 SERVICE_NAME = "memory"
 QUEUE_GROUP = "memory"
 DEFAULT_NAMESPACE = "default"
@@ -33,6 +33,8 @@ WORKSPACE_OPERATIONS: tuple[str, ...] = (
     "load_state",
     "archive_state",
 )
+# Export and import: a whole namespace, every store (forbidden below full trust).
+TRANSFER_OPERATIONS: tuple[str, ...] = ("export", "import")
 OPERATIONS: tuple[str, ...] = (
     "add",
     "search",
@@ -48,6 +50,7 @@ OPERATIONS: tuple[str, ...] = (
     "people",
     *WORKSPACE_OPERATIONS,
     "capture",
+    *TRANSFER_OPERATIONS,
 )
 
 

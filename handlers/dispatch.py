@@ -19,6 +19,7 @@ from contracts.subjects import (
     FULL_TRUST,
     NAMESPACE_PATTERN,
     REDUCED_TRUST,
+    TRANSFER_OPERATIONS,
     WORKSPACE_OPERATIONS,
     is_valid_namespace,
     parse_request_subject,
@@ -31,7 +32,7 @@ from handlers.ops.deps import ACCESS, Access, DurableWrite
 
 log = structlog.get_logger("membus.dispatch")
 
-FULL_TRUST_ONLY = frozenset(WORKSPACE_OPERATIONS)
+FULL_TRUST_ONLY = frozenset(WORKSPACE_OPERATIONS + TRANSFER_OPERATIONS)
 _decoders = {op: msgspec.json.Decoder(cls) for op, cls in REQUEST_TYPES.items()}
 _encoder = msgspec.json.Encoder()
 _UNKNOWN_FIELD_RE = re.compile(r"unknown field `([^`]*)`")

@@ -17,6 +17,7 @@ from handlers.ops.history import history
 from handlers.ops.reads import describe, get, list_
 from handlers.ops.recall import recall
 from handlers.ops.search import search
+from handlers.ops.transfer import export, import_
 from handlers.ops.workspaces import (
     archive_state,
     archive_workspace,
@@ -55,6 +56,8 @@ OPERATIONS: dict[str, Operation] = {
     "load_state": load_state,  # type: ignore[dict-item]
     "archive_state": archive_state,  # type: ignore[dict-item]
     "capture": capture,  # type: ignore[dict-item]
+    "export": export,  # type: ignore[dict-item]
+    "import": import_,  # type: ignore[dict-item]
 }
 
 __all__ = [

@@ -6,7 +6,7 @@ from typing import Any
 
 import msgspec
 
-from contracts.messages import CompactMemory, Memory, ScoredMemory, preview
+from contracts.messages import CompactMemory, ExportedMemory, Memory, ScoredMemory, preview
 from handlers.ops.clock import expiry_dt, ms_to_dt
 from handlers.store.record import Record, Summary
 
@@ -45,6 +45,19 @@ def _fields(rec: Record, access_count: int, last_accessed_ms: int | None) -> dic
 
 def to_memory(rec: Record, access_count: int = 0, last_accessed_ms: int | None = None) -> Memory:
     return Memory(**_fields(rec, access_count, last_accessed_ms))
+
+
+def to_exported(
+    rec: Record,
+    access_count: int,
+    last_accessed_ms: int | None,
+    embedding: list[float] | None = None,
+) -> ExportedMemory:
+    return ExportedMemory(
+        **_fields(rec, access_count, last_accessed_ms),
+        content_hash=rec.content_hash,
+        embedding=embedding,
+    )
 
 
 def to_scored(

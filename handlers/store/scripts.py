@@ -352,3 +352,37 @@ end
 return id
 """
 )
+
+# Write an exported memory back as it was (`import`), unless its id exists: then nothing
+# changes, so an import run twice is the same as once. KEYS: record, access, history, dedup
+# key ('' for none), the namespace's generation, its tier. ARGV: expiry (ms, '0' permanent),
+# access count, last access (ms or ''), the history entry (written only into an empty
+# history), then the record's field/value pairs. The dedup key is set only where no other
+# memory holds it. Returns 1 when written, 0 when the id exists, 2 (nothing written) when the
+# namespace has no tier (see ADD_LUA).
+IMPORT_LUA = _script(
+    """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+if redis.call('EXISTS', KEYS[6]) == 0 then return 2 end
+local pairs = {}
+for j = 5, #ARGV do pairs[#pairs + 1] = ARGV[j] end
+pooled(KEYS[6], pairs)
+redis.call('HSET', KEYS[1], unpack(pairs))
+redis.call('INCR', KEYS[5])
+if ARGV[1] ~= '0' then redis.call('PEXPIREAT', KEYS[1], ARGV[1]) end
+if tonumber(ARGV[2]) > 0 or ARGV[3] ~= '' then
+  redis.call('HSET', KEYS[2], 'access_count', ARGV[2])
+  if ARGV[3] ~= '' then redis.call('HSET', KEYS[2], 'last_accessed_at', ARGV[3]) end
+  if ARGV[1] ~= '0' then redis.call('PEXPIREAT', KEYS[2], ARGV[1]) end
+end
+if redis.call('EXISTS', KEYS[3]) == 0 then redis.call('RPUSH', KEYS[3], ARGV[4]) end
+follow(KEYS[3], KEYS[1])
+if KEYS[4] ~= '' and redis.call('EXISTS', KEYS[4]) == 0 then
+  redis.call('SET', KEYS[4], redis.call('HGET', KEYS[1], '$id'))
+  if ARGV[1] ~= '0' then redis.call('PEXPIREAT', KEYS[4], ARGV[1]) end
+end
+return 1
+""",
+    follow=True,
+    pooled=True,
+)

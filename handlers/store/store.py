@@ -61,6 +61,7 @@ from handlers.store.scripts import (
 )
 from handlers.store.spaces import Spaces
 from handlers.store.summaries import Overview, Summaries
+from handlers.store.transfer import Transfer
 
 log = structlog.get_logger("membus.store")
 
@@ -170,6 +171,8 @@ class Store:
         )
         # Workspaces and the names of states.
         self.spaces = Spaces(client, self._guard, self.write_set_up)
+        # Export and import.
+        self.transfer = Transfer(client, self._guard, self.write_set_up)
         # New memories written into each pooled namespace since its size was last checked.
         self._pooled_adds: dict[str, int] = {}
         self._policy = HybridPolicy()

@@ -1,0 +1,189 @@
+"""`export` and `import` (PROTOCOL v2 "Export and import", this project's extension): a
+namespace's memories out, whole and page by page, and back in as they were: the same ids,
+times, expiry, counters and stores. Both need full trust (they cross every store)."""
+
+from __future__ import annotations
+
+import msgspec
+import numpy as np
+import structlog
+
+from contracts import limits
+from contracts.messages import (
+    ExportedMemory,
+    ExportReply,
+    ExportRequest,
+    ImportedMemory,
+    ImportReply,
+    ImportRequest,
+)
+from contracts.types import STATE_TYPE
+from handlers.errors import InvalidRequest, Unavailable
+from handlers.ops.checks import (
+    check_content,
+    check_metadata,
+    check_narrative,
+    check_no_nul,
+    type_config,
+)
+from handlers.ops.clock import dt_to_ms
+from handlers.ops.deps import Deps
+from handlers.ops.events import publish_event
+from handlers.ops.replies import to_exported
+from handlers.ops.writes import content_hash
+from handlers.store.record import PERMANENT_MS, Entry, Record
+
+log = structlog.get_logger("membus.operations")
+_encoder = msgspec.json.Encoder()
+# Room in a reply for everything but its memories (the envelope, cursor, pending ids).
+_REPLY_ROOM = 8 * 1024 + limits.MAX_EXPORT_LIMIT * (limits.MAX_ID_CHARS + 4)
+
+
+async def export(ns: str, req: ExportRequest, deps: Deps) -> ExportReply:
+    meta = await deps.store.meta(ns)
+    now = deps.clock()
+    cursor: str | None = None
+    if req.ids is not None:
+        ids = list(dict.fromkeys(req.ids))
+    else:
+        ids, after = await deps.store.transfer.scan(ns, int(req.cursor), req.limit)
+        cursor = str(after) if after else None
+    live = [f for f in await deps.store.fetch(ns, ids, now, count_access=False) if f]
+    vectors = await deps.store.vectors(ns, [f.record.id for f in live]) if req.embeddings else {}
+    memories: list[ExportedMemory] = []
+    pending: list[str] = []
+    room = deps.max_payload - _REPLY_ROOM
+    for f in live:
+        vec = vectors.get(f.record.id)
+        item = to_exported(
+            f.record,
+            f.access_count,
+            f.last_accessed_ms,
+            [float(x) for x in vec] if vec is not None else None,
+        )
+        size = len(_encoder.encode(item)) + 1
+        # Whole memories or none: what does not fit is named in `pending`, never cut.
+        if pending or (size > room and memories):
+            pending.append(f.record.id)
+            continue
+        room -= size
+        memories.append(item)
+    return ExportReply(
+        memories=memories,
+        cursor=cursor,
+        pending=pending,
+        embedder=meta.embedder,
+        dimension=meta.dimension,
+    )
+
+
+def _record(m: ImportedMemory, deps: Deps) -> Record:
+    """The stored form of an imported memory, checked as an add checks it."""
+    type_config(deps.settings.types, m.type)
+    check_narrative(m.narrative)
+    check_no_nul(title=m.title, narrative=m.narrative, facts=m.facts)
+    check_content(m.content)
+    chash = m.content_hash
+    if chash is None:
+        chash = content_hash(
+            m.type, m.workflow_id, m.content, m.title, m.facts, m.workspace, m.store
+        )
+    created = dt_to_ms(m.created_at)
+    return Record(
+        id=m.id,
+        type=m.type,
+        content=m.content,
+        tags=tuple(m.tags),
+        importance=m.importance,
+        workflow_id=m.workflow_id,
+        created_at=created,
+        updated_at=dt_to_ms(m.updated_at) if m.updated_at else created,
+        expires_at=dt_to_ms(m.expires_at) if m.expires_at else PERMANENT_MS,
+        agent_id=m.agent_id,
+        source=m.source,
+        metadata=check_metadata(m.metadata) if m.metadata else None,
+        mention_count=m.mention_count,
+        content_hash=chash,
+        session_id=m.session_id,
+        title=m.title,
+        facts=m.facts,
+        narrative=m.narrative,
+        related_files=m.related_files,
+        related_people=m.related_people,
+        superseded_by=m.superseded_by,
+        workspace=m.workspace,
+        store=m.store,
+    )
+
+
+async def _vectors(
+    ns: str, todo: list[tuple[ImportedMemory, Record]], deps: Deps
+) -> list[np.ndarray]:
+    """Each memory's vector: its exported one where given (it must fit the namespace), else
+    this handler's embedding of its content, in one batch."""
+    meta = await deps.store.meta(ns)
+    out: list[np.ndarray | None] = []
+    texts: list[str] = []
+    for m, rec in todo:
+        if m.embedding is None:
+            out.append(None)
+            texts.append(rec.content)
+            continue
+        if len(m.embedding) != meta.dimension:
+            raise InvalidRequest(
+                f"Memory {m.id!r} has an embedding of {len(m.embedding)} dimensions, but"
+                f" namespace {ns!r} stores {meta.embedder} vectors of {meta.dimension}."
+                " Import into a namespace of the same embedder, or leave `embedding` out"
+                " (export without --embeddings) so that the handler embeds the content."
+            )
+        out.append(np.asarray(m.embedding, dtype=np.float32))
+    if texts:
+        embedder = deps.embedder
+        if (embedder.name, embedder.dimension) != (meta.embedder, meta.dimension):
+            raise Unavailable(
+                f"Namespace {ns!r} holds {meta.embedder} vectors ({meta.dimension} dims) but"
+                f" this handler embeds with {embedder.name}; import with the exported"
+                f" embeddings, or run handlers with MEMBUS_EMBEDDER={meta.embedder}."
+            )
+        try:
+            embedded = iter(await embedder.embed(texts))
+        except Exception as exc:
+            log.exception("embedder.failed")
+            raise Unavailable(f"The {embedder.name} embedder failed; retry shortly.") from exc
+        out = [v if v is not None else next(embedded) for v in out]
+    return [v for v in out if v is not None]
+
+
+async def import_(ns: str, req: ImportRequest, deps: Deps) -> ImportReply:
+    now = deps.clock()
+    reply = ImportReply()
+    ids = [m.id for m in req.memories]
+    if len(set(ids)) != len(ids):
+        raise InvalidRequest("`memories` names the same id twice; send each memory once.")
+    # Every memory is checked before any is written: a bad one fails the request whole.
+    checked = [(m, _record(m, deps)) for m in req.memories]
+    present = await deps.store.transfer.existing(ns, ids)
+    todo: list[tuple[ImportedMemory, Record]] = []
+    for m, rec in checked:
+        if rec.expires_at <= now:
+            reply.expired.append(m.id)
+        elif m.id in present:
+            reply.existing.append(m.id)
+        elif rec.type == STATE_TYPE and rec.workspace is None:
+            raise InvalidRequest(f"State {m.id!r} has no workspace; a state lives in one.")
+        else:
+            todo.append((m, rec))
+    if not todo:
+        return reply
+    vectors = await _vectors(ns, todo, deps)
+    for (m, rec), vec in zip(todo, vectors, strict=True):
+        added = Entry(
+            event="added", at=rec.created_at, agent_id=rec.agent_id, session_id=rec.session_id
+        )
+        last = dt_to_ms(m.last_accessed_at) if m.last_accessed_at else None
+        if await deps.store.transfer.write(ns, rec, vec, m.access_count, last, added):
+            reply.created.append(rec.id)
+            await publish_event(deps, ns, "added", rec, now)
+        else:  # written meanwhile (the same import, run twice at once)
+            reply.existing.append(rec.id)
+    return reply

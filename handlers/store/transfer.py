@@ -1,0 +1,96 @@
+"""Export and import of a whole namespace (PROTOCOL v2 "Export and import", this project's
+extension): a SCAN over the namespace's record keys, and a script that writes an exported
+memory back exactly, once."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import msgspec
+import numpy as np
+import redis.asyncio as aioredis
+
+from handlers.store import keys
+from handlers.store.record import PERMANENT_MS, Entry, Record, new_fields
+from handlers.store.resp import text
+from handlers.store.schema import VECTOR_FIELD
+from handlers.store.scripts import IMPORT_LUA
+from handlers.store.spaces import Guard
+
+# One SCAN call looks at this many keys (of every namespace: SCAN's MATCH filters after).
+SCAN_COUNT = 1000
+# An export page stops scanning after this long, with what it found: a namespace among
+# millions of other keys costs a few pages instead of one long call.
+SCAN_BUDGET_S = 0.2
+_UNSET = 2
+WriteSetUp = Callable[[str, Callable[[], Awaitable[Any]], object], Awaitable[Any]]
+
+
+class Transfer:
+    def __init__(self, client: aioredis.Redis, guard: Guard, write_set_up: WriteSetUp) -> None:
+        self._client = client
+        self._guard = guard
+        self._write_set_up = write_set_up
+        self._import = client.register_script(IMPORT_LUA)
+
+    async def scan(self, ns: str, cursor: int, limit: int) -> tuple[list[str], int]:
+        """Up to about `limit` memory ids from `cursor` on, and the cursor after them (0:
+        done). SCAN may return a key twice across calls, never miss one that lives
+        throughout."""
+        pattern = keys.record_prefix(ns) + "*"
+        found: list[str] = []
+        started = time.monotonic()
+        async with self._guard():
+            while True:
+                cursor, batch = await self._client.scan(cursor, match=pattern, count=SCAN_COUNT)
+                found += [keys.id_of(ns, text(k)) for k in batch]
+                if cursor == 0 or len(found) >= limit:
+                    break
+                if time.monotonic() - started > SCAN_BUDGET_S:
+                    break
+        return found, int(cursor)
+
+    async def existing(self, ns: str, ids: list[str]) -> set[str]:
+        """Which of these memories exist (live or not yet reaped)."""
+        async with self._guard():
+            pipe = self._client.pipeline(transaction=False)
+            for mid in ids:
+                pipe.exists(keys.record_key(ns, mid))
+            found = await pipe.execute()
+        return {mid for mid, n in zip(ids, found, strict=True) if n}
+
+    async def write(
+        self,
+        ns: str,
+        rec: Record,
+        vector: np.ndarray,
+        access_count: int,
+        last_accessed_ms: int | None,
+        entry: Entry,
+    ) -> bool:
+        """Write `rec` as it is (its id, times and expiry); False when its id exists."""
+        fields = new_fields(rec)
+        fields[VECTOR_FIELD] = vector.astype(np.float32).tobytes()
+        expires = 0 if rec.expires_at == PERMANENT_MS else rec.expires_at
+        script_keys = [
+            keys.record_key(ns, rec.id),
+            keys.access_key(ns, rec.id),
+            keys.history_key(ns, rec.id),
+            keys.dedup_key(ns, rec.content_hash),
+            keys.generation_key(ns),
+            keys.tier_key(ns),
+        ]
+        args: list[Any] = [
+            expires,
+            access_count,
+            last_accessed_ms or "",
+            msgspec.json.encode(entry),
+        ]
+        for name, value in fields.items():
+            args += [name, value]
+        out = await self._write_set_up(
+            ns, lambda: self._import(keys=script_keys, args=args), _UNSET
+        )
+        return bool(out)
