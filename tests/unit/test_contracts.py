@@ -70,6 +70,8 @@ def test_every_operation_has_a_request_class_derived_from_request() -> None:
         "load_state",
         "archive_state",
         "capture",
+        "export",
+        "import",
     }
     assert all(issubclass(cls, Request) for cls in REQUEST_TYPES.values())
 
