@@ -38,6 +38,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "archive_workspace",
     ),
     "states": ("create_state", "list_states", "load_state", "archive_state", "capture"),
+    "transfer": ("export", "import"),
 }
 EXAMPLES = 150
 

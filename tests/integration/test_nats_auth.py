@@ -383,6 +383,7 @@ def test_permission_blocks() -> None:
                 "memq.acme.update",
                 "memq.acme.delete",
                 "memq.acme.capture",
+                "memq.acme.import",
             ]
         },
         "subscribe": {"allow": ["_INBOX_alice.>", "mem.acme.events.>"]},

@@ -1,0 +1,110 @@
+"""`export` and `import` (docs/protocol.md "Export and import"): whole memories out, page by
+page, and back in as they were, once."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import UTC, datetime, timedelta
+
+import msgspec
+import pytest
+import redis.asyncio as aioredis
+from inprocess import InProcess
+
+from bus import Forbidden, InvalidRequest, MemoryBus
+from contracts.messages import ImportedMemory
+from handlers.store import keys
+
+pytestmark = pytest.mark.transports("in_process", "nats")
+
+
+async def _all(bus: MemoryBus, embeddings: bool = False) -> list[dict[str, object]]:
+    out = []
+    async for page in bus.export(limit=7, embeddings=embeddings):
+        out += [msgspec.to_builtins(m) for m in page]
+    return out
+
+
+def _imported(rows: list[dict[str, object]]) -> list[ImportedMemory]:
+    return [msgspec.convert(row, ImportedMemory) for row in rows]
+
+
+async def test_export_reads_every_live_memory_once_without_counting_access(
+    bus: MemoryBus,
+) -> None:
+    mem = bus.agent(workflow_id="wf1")
+    ids = {(await mem.add("fact", f"fact {i}", dedup="none")).id for i in range(25)}
+    ids.add((await bus.agent().add("user_pref", "general one")).id)
+    rows = await _all(bus)
+    assert sorted(r["id"] for r in rows) == sorted(ids)  # each once, general and workflow
+    again = await _all(bus)
+    assert all(r["access_count"] == 0 for r in again)
+
+
+async def test_a_page_too_big_for_the_payload_names_the_rest_as_pending(
+    in_process: InProcess, ns: str
+) -> None:
+    small = InProcess(in_process.nc, dataclasses.replace(in_process.deps, max_payload=64_000))
+    bus = await MemoryBus.connect(namespace=ns, nc=small)  # type: ignore[arg-type]
+    mem = bus.agent()
+    for i in range(12):
+        await mem.add("fact", f"{i} " + "long words " * 1000, dedup="none")  # ~11 KB each
+    page = await bus.export_page(limit=50)
+    assert page.pending and page.memories  # some came, the rest are named
+    assert len(page.memories) + len(page.pending) == 12
+    assert len(await _all(bus)) == 12
+
+
+async def test_import_keeps_ids_times_expiry_counters_and_vectors(bus: MemoryBus, ns: str) -> None:
+    mem = bus.agent(workflow_id="wf1", agent_id="alice")
+    kept = await mem.add("decision", "Use Postgres", tags=["db"], ttl_s=600, importance=0.7)
+    await mem.get([kept.id])
+    rows = await _all(bus, embeddings=True)
+    assert len(rows[0]["embedding"]) == 384  # type: ignore[arg-type]
+
+    copy = MemoryBus(bus.nc, f"{ns}b", bus.timeout, owns=False)
+    reply = await copy.import_memories(_imported(rows))
+    assert (reply.created, reply.existing, reply.expired) == ([kept.id], [], [])
+    [got] = (await copy.export_page(ids=[kept.id], embeddings=True)).memories
+    [was] = rows
+    assert msgspec.to_builtins(got) == was
+    # The vector itself came along: searching by it finds the memory at similarity 1.
+    hit = (await copy.agent(workflow_id="wf1").search(embedding=was["embedding"])).results[0]  # type: ignore[arg-type]
+    assert hit.id == kept.id and hit.similarity == pytest.approx(1.0, abs=1e-5)
+
+    twice = await copy.import_memories(_imported(rows))
+    assert (twice.created, twice.existing) == ([], [kept.id])
+
+
+async def test_an_expired_memory_is_not_written(bus: MemoryBus) -> None:
+    now = datetime.now(UTC)
+    gone = ImportedMemory(
+        id="gone1",
+        type="fact",
+        content="old news",
+        created_at=now - timedelta(days=2),
+        expires_at=now - timedelta(days=1),
+    )
+    live = ImportedMemory(id="live1", type="fact", content="still true", created_at=now)
+    reply = await bus.import_memories([gone, live])
+    assert (reply.created, reply.expired) == (["live1"], ["gone1"])
+
+
+async def test_one_bad_memory_fails_the_import_whole(bus: MemoryBus, rds: aioredis.Redis) -> None:
+    now = datetime.now(UTC)
+    good = ImportedMemory(id="ok1", type="fact", content="fine", created_at=now)
+    bad = ImportedMemory(id="bad1", type="no_such_type", content="x", created_at=now)
+    with pytest.raises(InvalidRequest, match="Unknown memory type"):
+        await bus.import_memories([good, bad])
+    assert not await rds.exists(keys.record_key(bus.namespace, "ok1"))
+    with pytest.raises(InvalidRequest, match="same id twice"):
+        await bus.import_memories([good, good])
+
+
+async def test_export_and_import_need_full_trust(bus: MemoryBus) -> None:
+    inner = MemoryBus(bus.nc, bus.namespace, bus.timeout, owns=False, trust="inner")
+    with pytest.raises(Forbidden, match="export needs full trust"):
+        await inner.export_page()
+    memory = ImportedMemory(id="x1", type="fact", content="x", created_at=datetime.now(UTC))
+    with pytest.raises(Forbidden, match="import needs full trust"):
+        await inner.import_memories([memory])
