@@ -8,7 +8,14 @@ EXTRAS ?= minilm,openai,embedded,mcp,cli,observability
 # `make test` adds the test tools and torch, the reference the ONNX embedder is checked against.
 TEST_EXTRAS ?= $(EXTRAS),dev,reference
 
-.PHONY: up demo test lint bench clean
+.PHONY: up demo test lint bench clean system-tools
+
+# What the tests drive besides Python: Debian's Chromium (the inspection page's browser test,
+# never a downloaded browser) and tmux (a terminal for `membus tail`).
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+system-tools:
+	@command -v chromium >/dev/null && command -v tmux >/dev/null || \
+		{ $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q chromium tmux; }
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,7 +36,7 @@ demo: $(VENV)/.installed
 	$(PY) -m deploy up --handlers 2 --demo-only
 
 ## Lint and type-check, then every test (unit and integration against real servers).
-test: $(VENV)/.installed-test
+test: $(VENV)/.installed-test system-tools
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy contracts bus handlers deploy
 	$(PY) -m pytest
