@@ -1,0 +1,712 @@
+// The inspection page: plain DOM, no framework, no build. Memory contents are untrusted:
+// every value goes into the page as a text node (`textContent`), never as HTML.
+"use strict";
+
+(() => {
+  const $ = (id) => document.getElementById(id);
+  const MAX_EVENTS = 200;
+  const PAGE = 20;
+
+  const view = {
+    workflow: "",
+    scope: "both",
+    workspace: "",
+    type: "",
+    tag: "",
+    superseded: false,
+    offset: 0,
+    selected: null,
+  };
+  const knownWorkflows = new Set();
+
+  // ---------------------------------------------------------------- helpers
+
+  // el("li", {className, dataset, title, onClick, ...attributes}, ...children): strings
+  // become text nodes; null, undefined and false are skipped.
+  function el(tag, props, ...children) {
+    const node = document.createElement(tag);
+    for (const [key, value] of Object.entries(props || {})) {
+      if (value === null || value === undefined || value === false) continue;
+      if (key === "className") node.className = value;
+      else if (key === "dataset") Object.assign(node.dataset, value);
+      else if (key === "onClick") node.addEventListener("click", value);
+      else node.setAttribute(key, String(value));
+    }
+    for (const child of children.flat()) {
+      if (child === null || child === undefined || child === false) continue;
+      node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    }
+    return node;
+  }
+
+  function clear(node) {
+    node.replaceChildren();
+    return node;
+  }
+
+  // Replace a node's children, skipping null ones (DOM `append` would write "null").
+  function fill(node, ...children) {
+    node.replaceChildren();
+    for (const child of children.flat()) {
+      if (child === null || child === undefined || child === false) continue;
+      node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    }
+    return node;
+  }
+
+  async function api(path, params) {
+    const url = new URL(path, window.location.origin);
+    for (const [key, value] of Object.entries(params || {})) {
+      if (value !== "" && value !== null && value !== undefined && value !== false) {
+        url.searchParams.set(key, String(value));
+      }
+    }
+    const res = await fetch(url, { headers: { Accept: "application/json" } });
+    let body = null;
+    try {
+      body = await res.json();
+    } catch (_) {
+      body = null;
+    }
+    if (!res.ok) {
+      const err = new Error(body && body.error ? body.error : `HTTP ${res.status}`);
+      err.code = body && body.code ? body.code : String(res.status);
+      throw err;
+    }
+    return body;
+  }
+
+  function showError(err) {
+    $("error-text").textContent = err.code ? `${err.code}: ${err.message}` : err.message;
+    $("error").hidden = false;
+  }
+
+  // An event handler that reports its failure in the error banner.
+  const guard = (fn) => (...args) => Promise.resolve(fn(...args)).catch(showError);
+
+  const fullTime = new Intl.DateTimeFormat(undefined, { dateStyle: "medium", timeStyle: "short" });
+  const clockTime = new Intl.DateTimeFormat(undefined, {
+    hour: "2-digit", minute: "2-digit", second: "2-digit",
+  });
+  const fmt = (iso) => (iso ? fullTime.format(new Date(iso)) : "–");
+  const dayOnly = new Intl.DateTimeFormat(undefined, { month: "short", day: "numeric" });
+  const timeOnly = new Intl.DateTimeFormat(undefined, { timeStyle: "short" });
+  // Today: the time; before: the day.
+  function compact(iso) {
+    const d = new Date(iso);
+    return d.toDateString() === new Date().toDateString() ? timeOnly.format(d) : dayOnly.format(d);
+  }
+
+  function ago(iso) {
+    if (!iso) return "";
+    const s = Math.round((Date.now() - new Date(iso).getTime()) / 1000);
+    if (s < 45) return "just now";
+    if (s < 3600) return `${Math.round(s / 60)} min ago`;
+    if (s < 86400) return `${Math.round(s / 3600)} h ago`;
+    return `${Math.round(s / 86400)} d ago`;
+  }
+
+  const short = (text, n) => (text.length > n ? `${text.slice(0, n)}…` : text);
+  const asText = (v) => (typeof v === "string" ? v : JSON.stringify(v));
+
+  function rememberWorkflow(wf) {
+    if (!wf || knownWorkflows.has(wf)) return;
+    knownWorkflows.add(wf);
+    $("workflows").append(el("option", { value: wf }));
+  }
+
+  const typeBadge = (type) => el("span", { className: "badge type", dataset: { type } }, type);
+  const where = (wf) =>
+    el("span", { className: wf ? "where" : "where general", title: "workflow" }, wf || "general");
+
+  function tagChips(tags) {
+    return (tags || []).map((t) => el("span", { className: "tag" }, `#${t}`));
+  }
+
+  const tagList = (tags) => (tags.length ? el("span", { className: "tags" }, tagChips(tags)) : null);
+
+  // One memory in a list: compact (`preview`) or full (`content`), with a score in search.
+  function memoryItem(m, opts) {
+    rememberWorkflow(m.workflow_id);
+    const text = m.preview !== undefined ? m.preview : short(m.title || m.content, 240);
+    const score = opts && opts.score;
+    const item = el(
+      "li",
+      {
+        className: "memory",
+        tabindex: 0,
+        role: "button",
+        dataset: { id: m.id, testid: "memory-item" },
+        onClick: () => select(m.id),
+      },
+      el(
+        "div",
+        { className: "memory-top" },
+        typeBadge(m.type),
+        el("span", { className: "memory-text" }, text),
+        score !== undefined
+          ? el("span", { className: "score", title: "score", dataset: { testid: "score" } },
+            score.toFixed(3))
+          : null,
+      ),
+      el(
+        "div",
+        { className: "memory-meta" },
+        where(m.workflow_id),
+        m.agent_id ? el("span", { className: "agent" }, m.agent_id) : null,
+        tagChips(m.tags),
+        el("span", { className: "when", title: m.created_at }, ago(m.created_at)),
+      ),
+    );
+    if (view.selected === m.id) item.classList.add("selected");
+    item.addEventListener("keydown", (e) => {
+      if (e.key === "Enter" || e.key === " ") {
+        e.preventDefault();
+        select(m.id);
+      }
+    });
+    return item;
+  }
+
+  function scopeParams() {
+    return { workflow: view.workflow, scope: view.scope, workspace: view.workspace };
+  }
+
+  function setOptions(select, values, current, allLabel) {
+    const wanted = [...new Set([...values, ...(current ? [current] : [])])].sort();
+    clear(select).append(el("option", { value: "" }, allLabel));
+    for (const v of wanted) select.append(el("option", { value: v }, v));
+    select.value = current;
+  }
+
+  // ---------------------------------------------------------------- overview
+
+  async function loadOverview() {
+    const d = await api("/api/describe", scopeParams());
+    $("stat-total").textContent = String(d.total);
+    $("stat-workflow").textContent = String(d.workflow_count);
+    $("stat-general").textContent = String(d.general_count);
+    $("stat-oldest").textContent = fmt(d.oldest);
+    $("stat-newest").textContent = fmt(d.newest);
+    $("stat-embedder").textContent = `${d.embedder} · ${d.dimension}d`;
+
+    const byType = Object.entries(d.by_type).sort((a, b) => b[1] - a[1]);
+    clear($("by-type")).append(
+      ...byType.map(([type, n]) =>
+        el(
+          "button",
+          {
+            type: "button",
+            className: "chip",
+            dataset: { type, testid: "type-chip" },
+            title: `List only ${type}`,
+            onClick: () => setFilter("type", type),
+          },
+          typeBadge(type),
+          el("span", { className: "chip-count" }, String(n)),
+        ),
+      ),
+    );
+    if (!byType.length) $("by-type").append(el("span", { className: "note" }, "no memories"));
+    clear($("tags")).append(
+      ...d.tags.map((t) =>
+        el(
+          "button",
+          {
+            type: "button",
+            className: "chip tag-chip",
+            dataset: { tag: t },
+            onClick: () => setFilter("tag", t),
+          },
+          `#${t}`,
+        ),
+      ),
+    );
+    if (d.tags_truncated) $("tags").append(el("span", { className: "note" }, "…"));
+    if (!d.tags.length) $("tags").append(el("span", { className: "note" }, "no tags"));
+
+    setOptions($("type-filter"), Object.keys(d.by_type), view.type, "all types");
+    setOptions($("tag-filter"), d.tags, view.tag, "all tags");
+
+    let note;
+    if (view.workspace && !view.workflow) {
+      note = `Every memory of workspace “${view.workspace}”, whatever workflow wrote it.`;
+    } else if (!view.workflow || view.scope === "general") {
+      note =
+        "Reads without a workflow see the general memories only (the bus scopes them so): " +
+        "enter a workflow above to include its memories.";
+    } else {
+      note = `Workflow “${view.workflow}”: ${
+        view.scope === "both" ? "its memories and the general ones" : "its memories only"
+      }.`;
+    }
+    $("scope-note").textContent = note;
+  }
+
+  // ---------------------------------------------------------------- list
+
+  async function loadList() {
+    const reply = await api("/api/list", {
+      ...scopeParams(),
+      type: view.type,
+      tag: view.tag,
+      superseded: view.superseded ? "1" : "",
+      limit: PAGE,
+      offset: view.offset,
+    });
+    const list = clear($("memory-list"));
+    list.append(...reply.memories.map((m) => memoryItem(m)));
+    if (!reply.memories.length) list.append(el("li", { className: "empty" }, "Nothing here."));
+    $("list-count").textContent = `${reply.total} total`;
+    const last = view.offset + reply.count;
+    $("page-info").textContent = reply.count ? `${view.offset + 1}–${last} of ${reply.total}` : "";
+    $("page-prev").disabled = view.offset === 0;
+    $("page-next").disabled = last >= reply.total;
+  }
+
+  function setFilter(name, value) {
+    view[name] = value;
+    view.offset = 0;
+    $(`${name}-filter`).value = value;
+    guard(loadList)();
+  }
+
+  // ---------------------------------------------------------------- search
+
+  async function runSearch() {
+    const q = $("search-input").value.trim();
+    const results = clear($("search-results"));
+    const summary = $("search-summary");
+    if (!q) {
+      summary.hidden = true;
+      return;
+    }
+    const reply = await api("/api/search", {
+      ...scopeParams(),
+      q,
+      mode: $("search-mode").value,
+      type: view.type,
+      tag: view.tag,
+    });
+    summary.hidden = false;
+    summary.textContent =
+      `${reply.results.length} result${reply.results.length === 1 ? "" : "s"} · ${reply.mode}` +
+      (reply.truncated ? " · truncated" : "");
+    results.append(...reply.results.map((m) => memoryItem(m, { score: m.score })));
+  }
+
+  // ---------------------------------------------------------------- detail
+
+  function select(id) {
+    const hash = `#memory=${encodeURIComponent(id)}`;
+    if (window.location.hash === hash) guard(loadDetail)(id);
+    else window.location.hash = hash;
+  }
+
+  function field(dl, label, value) {
+    if (value === null || value === undefined || value === "") return;
+    if (Array.isArray(value) && !value.length) return;
+    if (typeof value === "object" && !Array.isArray(value) && !(value instanceof Node)
+      && !Object.keys(value).length) return;
+    let shown = value;
+    if (Array.isArray(value)) shown = el("ul", { className: "plain" }, value.map((v) => el("li", {}, v)));
+    else if (typeof value === "object" && !(value instanceof Node)) {
+      shown = el("pre", { className: "json" }, JSON.stringify(value, null, 2));
+    }
+    dl.append(el("dt", {}, label), el("dd", {}, shown));
+  }
+
+  function link(id) {
+    return el("a", { href: `#memory=${encodeURIComponent(id)}`, className: "mono" }, id);
+  }
+
+  function historyEntry(h) {
+    const changes = Object.entries(h.changes || {}).map(([name, c]) =>
+      el(
+        "li",
+        { className: "change" },
+        el("span", { className: "field" }, name),
+        c.old !== null && c.old !== undefined
+          ? el("span", { className: "old" }, short(asText(c.old), 160))
+          : null,
+        c.old !== null && c.old !== undefined ? " → " : "",
+        el("span", { className: "new" }, c.new === null ? "∅" : short(asText(c.new), 160)),
+      ),
+    );
+    return el(
+      "li",
+      { className: "hist", dataset: { testid: "history-entry", event: h.event } },
+      el(
+        "div",
+        { className: "hist-top" },
+        el("span", { className: "badge action", dataset: { action: h.event } }, h.event),
+        el("span", { className: "when", title: h.at }, fmt(h.at)),
+        h.agent_id ? el("span", { className: "agent" }, h.agent_id) : null,
+      ),
+      changes.length ? el("ul", { className: "changes" }, changes) : null,
+    );
+  }
+
+  async function loadDetail(id) {
+    view.selected = id;
+    for (const node of document.querySelectorAll(".memory.selected")) {
+      node.classList.remove("selected");
+    }
+    for (const node of document.querySelectorAll(".memory")) {
+      if (node.dataset.id === id) node.classList.add("selected");
+    }
+    const box = $("detail");
+    let m;
+    try {
+      m = await api(`/api/memory/${encodeURIComponent(id)}`);
+    } catch (err) {
+      fill(box, 
+        el("p", { className: "empty", dataset: { testid: "detail-error" } }, err.message),
+      );
+      throw err;
+    }
+    if (view.selected !== id) return; // another memory was picked meanwhile
+    rememberWorkflow(m.workflow_id);
+    const dl = el("dl", { className: "fields" });
+    field(dl, "Workflow", m.workflow_id || "general");
+    field(dl, "Agent", m.agent_id);
+    field(dl, "Workspace", m.workspace);
+    field(dl, "Store", m.store);
+    field(dl, "Importance", m.importance.toFixed(2));
+    field(dl, "Mentions", m.mention_count > 1 ? String(m.mention_count) : null);
+    field(dl, "Tags", tagList(m.tags));
+    field(dl, "Created", fmt(m.created_at));
+    field(dl, "Updated", m.updated_at !== m.created_at ? fmt(m.updated_at) : null);
+    field(dl, "Expires", m.expires_at ? fmt(m.expires_at) : "never");
+    field(dl, "Accessed", m.access_count ? `${m.access_count}× · last ${fmt(m.last_accessed_at)}` : null);
+    field(dl, "Session", m.session_id);
+    field(dl, "Source", m.source);
+    field(dl, "Facts", m.facts);
+    field(dl, "Narrative", m.narrative);
+    field(dl, "Files", m.related_files);
+    field(dl, "People", m.related_people);
+    field(dl, "Superseded by", m.superseded_by ? link(m.superseded_by) : null);
+    field(dl, "Metadata", m.metadata);
+
+    const history = el("ol", { className: "history", dataset: { testid: "history" } });
+    const timeline = el("ol", { className: "timeline", dataset: { testid: "timeline" } });
+    fill(box, 
+      el(
+        "div",
+        { className: "detail-head" },
+        el("span", { dataset: { testid: "detail-type" } }, typeBadge(m.type)),
+        el("span", { className: "mono muted", dataset: { testid: "detail-id" } }, m.id),
+      ),
+      m.title ? el("h2", { className: "detail-title", dataset: { testid: "detail-title" } }, m.title) : null,
+      el("pre", { className: "content", dataset: { testid: "detail-content" } }, m.content),
+      dl,
+      el("h3", {}, "History"),
+      history,
+      el("h3", {}, "Timeline"),
+      timeline,
+    );
+
+    const [hist, tl] = await Promise.allSettled([
+      api(`/api/history/${encodeURIComponent(id)}`),
+      // Its own workflow's view (an empty `workflow`: the general memories).
+      api(`/api/timeline/${encodeURIComponent(id)}?workflow=${encodeURIComponent(m.workflow_id || "")}`),
+    ]);
+    if (view.selected !== id) return;
+    if (hist.status === "fulfilled") {
+      history.append(...hist.value.entries.map(historyEntry));
+      if (hist.value.truncated) history.append(el("li", { className: "note" }, "… older entries cut"));
+    } else {
+      history.append(el("li", { className: "note" }, hist.reason.message));
+    }
+    if (tl.status === "fulfilled") {
+      tl.value.memories.forEach((c, i) => {
+        const anchor = i === tl.value.anchor_index;
+        timeline.append(
+          el(
+            "li",
+            {
+              className: anchor ? "tl anchor" : "tl",
+              "aria-current": anchor ? "true" : null,
+              dataset: { testid: "timeline-item", id: c.id },
+              onClick: () => (anchor ? null : select(c.id)),
+            },
+            el("span", { className: "when", title: fmt(c.created_at) }, compact(c.created_at)),
+            typeBadge(c.type),
+            el("span", { className: "tl-text" }, c.preview),
+          ),
+        );
+      });
+    } else {
+      timeline.append(el("li", { className: "note" }, tl.reason.message));
+    }
+  }
+
+  function onHash() {
+    const match = /^#memory=(.+)$/.exec(window.location.hash);
+    if (match) guard(loadDetail)(decodeURIComponent(match[1]));
+  }
+
+  // ---------------------------------------------------------------- workspaces
+
+  async function loadWorkspaces() {
+    const reply = await api("/api/workspaces");
+    const list = clear($("workspaces"));
+    const filter = $("workspace-filter");
+    const current = view.workspace;
+    clear(filter).append(el("option", { value: "" }, "any"));
+    for (const w of reply.data) {
+      filter.append(el("option", { value: w.name }, w.name));
+      list.append(
+        el(
+          "li",
+          {
+            className: "ws",
+            tabindex: 0,
+            role: "button",
+            dataset: { name: w.name, testid: "workspace-item" },
+            onClick: guard(() => openWorkspace(w.name)),
+          },
+          el("span", { className: "ws-name" }, w.name),
+          w.description ? el("span", { className: "ws-desc" }, w.description) : null,
+        ),
+      );
+    }
+    filter.value = current;
+    $("workspace-count").textContent = reply.data.length ? String(reply.data.length) : "";
+    if (!reply.data.length) list.append(el("li", { className: "empty" }, "No workspaces."));
+  }
+
+  async function openWorkspace(name) {
+    for (const node of document.querySelectorAll(".ws")) {
+      node.classList.toggle("selected", node.dataset.name === name);
+    }
+    const reply = await api(`/api/workspaces/${encodeURIComponent(name)}`);
+    const w = reply.workspace;
+    const dl = el("dl", { className: "fields" });
+    field(dl, "Purpose", w.purpose);
+    field(dl, "Root", el("span", { className: "mono" }, w.root_folder));
+    field(dl, "Workflows", w.workflows);
+    field(dl, "Key files", w.key_files);
+    field(dl, "Preferences", w.preferences);
+    field(dl, "Created", fmt(w.created_at));
+    const states = el("ul", { className: "states", dataset: { testid: "states" } });
+    for (const s of reply.states) {
+      states.append(
+        el(
+          "li",
+          {
+            className: s.is_archived ? "state archived" : "state",
+            tabindex: 0,
+            role: "button",
+            dataset: { name: s.name, testid: "state-item" },
+            onClick: guard(() => openState(name, s.name)),
+          },
+          el("span", { className: "state-name" }, s.name),
+          s.description ? el("span", { className: "ws-desc" }, s.description) : null,
+          s.is_archived ? el("span", { className: "badge" }, "archived") : null,
+        ),
+      );
+    }
+    if (!reply.states.length) states.append(el("li", { className: "empty" }, "No states saved."));
+    fill($("workspace-detail"), 
+      el(
+        "div",
+        { className: "detail-head" },
+        el("h3", { dataset: { testid: "workspace-name" } }, w.name),
+        el(
+          "button",
+          {
+            type: "button",
+            className: "ghost small",
+            onClick: () => {
+              $("workspace-filter").value = w.name;
+              applyScope();
+            },
+          },
+          "show its memories",
+        ),
+      ),
+      w.description ? el("p", { className: "muted" }, w.description) : null,
+      dl,
+      el("h3", {}, "States"),
+      states,
+      el("div", { id: "state-detail", dataset: { testid: "state-detail" } }),
+    );
+  }
+
+  async function openState(workspace, name) {
+    const s = await api(
+      `/api/states/${encodeURIComponent(workspace)}/${encodeURIComponent(name)}`,
+    );
+    const dl = el("dl", { className: "fields" });
+    field(dl, "Active task", s.active_task);
+    field(dl, "Next steps", s.next_steps);
+    field(dl, "Active files", s.active_files);
+    field(dl, "Context", s.conversation_context);
+    field(dl, "Tags", tagList(s.tags));
+    field(dl, "Saved", `${fmt(s.created_at)}${s.agent_id ? ` by ${s.agent_id}` : ""}`);
+    fill($("state-detail"), 
+      el(
+        "div",
+        { className: "state-box" },
+        el(
+          "div",
+          { className: "detail-head" },
+          el("h4", {}, s.name),
+          el(
+            "button",
+            { type: "button", className: "ghost small", onClick: () => select(s.id) },
+            "open its memory",
+          ),
+        ),
+        s.description ? el("p", { className: "muted" }, s.description) : null,
+        dl,
+      ),
+    );
+  }
+
+  // ---------------------------------------------------------------- live events
+
+  let refreshTimer = null;
+  // Many events in a burst: refresh the overview once they settle.
+  function refreshSoon() {
+    clearTimeout(refreshTimer);
+    refreshTimer = setTimeout(guard(loadOverview), 700);
+  }
+
+  function setStatus(state, text) {
+    const node = $("events-status");
+    node.dataset.state = state;
+    node.textContent = text;
+  }
+
+  function addEvent(ev, rejected) {
+    const list = $("events");
+    $("events-empty").hidden = true;
+    let item;
+    if (rejected) {
+      item = el(
+        "li",
+        { className: "event", dataset: { testid: "event", action: "rejected" } },
+        el(
+          "div",
+          { className: "event-top" },
+          el("span", { className: "when" }, clockTime.format(new Date())),
+          el("span", { className: "badge action", dataset: { action: "rejected" } }, "rejected"),
+          el("span", { className: "mono" }, ev.code),
+        ),
+        el("div", { className: "event-text" }, `${ev.error} (request ${ev.request_id})`),
+      );
+    } else {
+      rememberWorkflow(ev.workflow_id);
+      const openable = ev.action !== "deleted";
+      item = el(
+        "li",
+        {
+          className: openable ? "event openable" : "event",
+          dataset: { testid: "event", id: ev.id, action: ev.action },
+          title: openable ? "Open this memory" : null,
+          onClick: openable ? () => select(ev.id) : null,
+        },
+        el(
+          "div",
+          { className: "event-top" },
+          el("span", { className: "when", title: ev.at }, clockTime.format(new Date(ev.at))),
+          el("span", { className: "badge action", dataset: { action: ev.action } }, ev.action),
+          typeBadge(ev.type),
+          where(ev.workflow_id),
+          ev.agent_id ? el("span", { className: "agent" }, ev.agent_id) : null,
+        ),
+        el("div", { className: "event-text" }, ev.preview),
+      );
+      if (view.selected === ev.id && openable) guard(loadDetail)(ev.id);
+    }
+    list.prepend(item);
+    while (list.children.length > MAX_EVENTS) list.lastElementChild.remove();
+    refreshSoon();
+  }
+
+  function connectEvents() {
+    const source = new EventSource("/api/events");
+    source.addEventListener("ready", () => setStatus("live", "live"));
+    source.addEventListener("message", (e) => addEvent(JSON.parse(e.data), false));
+    source.addEventListener("rejected", (e) => addEvent(JSON.parse(e.data), true));
+    // EventSource reconnects by itself (after the server's `retry`).
+    source.addEventListener("error", () => setStatus("down", "reconnecting…"));
+  }
+
+  // ---------------------------------------------------------------- wiring
+
+  function applyScope() {
+    view.workflow = $("workflow").value.trim();
+    view.scope = $("scope").value;
+    view.workspace = $("workspace-filter").value;
+    view.offset = 0;
+    const params = new URLSearchParams();
+    if (view.workflow) params.set("workflow", view.workflow);
+    if (view.scope !== "both") params.set("scope", view.scope);
+    if (view.workspace) params.set("workspace", view.workspace);
+    const query = params.toString();
+    const { pathname, hash } = window.location;
+    window.history.replaceState(null, "", `${pathname}${query ? `?${query}` : ""}${hash}`);
+    guard(loadOverview)();
+    guard(loadList)();
+    if ($("search-input").value.trim()) guard(runSearch)();
+  }
+
+  function start() {
+    const params = new URLSearchParams(window.location.search);
+    $("workflow").value = params.get("workflow") || "";
+    $("scope").value = params.get("scope") || "both";
+    view.workspace = params.get("workspace") || "";
+
+    $("scope-form").addEventListener("submit", (e) => {
+      e.preventDefault();
+      applyScope();
+    });
+    $("workspace-filter").addEventListener("change", applyScope);
+    $("scope").addEventListener("change", applyScope);
+    $("search-form").addEventListener("submit", (e) => {
+      e.preventDefault();
+      guard(runSearch)();
+    });
+    $("type-filter").addEventListener("change", (e) => setFilter("type", e.target.value));
+    $("tag-filter").addEventListener("change", (e) => setFilter("tag", e.target.value));
+    $("superseded").addEventListener("change", (e) => {
+      view.superseded = e.target.checked;
+      view.offset = 0;
+      guard(loadList)();
+    });
+    $("list-refresh").addEventListener("click", () => {
+      guard(loadOverview)();
+      guard(loadList)();
+      guard(loadWorkspaces)();
+    });
+    $("page-prev").addEventListener("click", () => {
+      view.offset = Math.max(0, view.offset - PAGE);
+      guard(loadList)();
+    });
+    $("page-next").addEventListener("click", () => {
+      view.offset += PAGE;
+      guard(loadList)();
+    });
+    $("error-close").addEventListener("click", () => {
+      $("error").hidden = true;
+    });
+    window.addEventListener("hashchange", onHash);
+
+    guard(async () => {
+      const info = await api("/api/info");
+      $("namespace").textContent = info.namespace;
+      document.title = `${info.namespace} · memory-bus`;
+    })();
+    connectEvents();
+    guard(loadWorkspaces)().then(() => {
+      $("workspace-filter").value = view.workspace;
+      applyScope();
+    });
+    onHash();
+  }
+
+  start();
+})();

@@ -1,0 +1,519 @@
+"""The inspection page (`bus.ui`) in headless Chromium, over the real bus: two handler
+processes behind NATS. Playwright drives Debian's Chromium (`/usr/bin/chromium`, or
+`MEMBUS_CHROMIUM`); it never downloads a browser. The page's server is uvicorn on a free
+port in this test's event loop.
+
+`MEMBUS_UI_SCREENSHOT=docs/ui.png` makes the demo test write the README's screenshot there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("playwright.async_api")
+pytest.importorskip("uvicorn")
+
+from conftest import Servers
+from playwright.async_api import Browser, Locator, Page, async_playwright, expect
+from starlette.applications import Starlette
+
+from bus import MemoryBus
+from bus.ui import UIServer, bind, make_app, make_server, serve
+from deploy.embedded import EmbeddedStack, free_port
+
+CHROMIUM = os.environ.get("MEMBUS_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-background-networking", "--disable-gpu"]
+pytestmark = [
+    pytest.mark.transports("nats"),
+    pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"no Chromium at {CHROMIUM}"),
+]
+# Shutdown must not wait for uvicorn's graceful timeout (5 s): open streams end at once.
+QUICK_SHUTDOWN_S = 2.5
+
+
+async def until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    """Poll a condition the server exposes no event for."""
+    async with asyncio.timeout(timeout):
+        while not condition():  # noqa: ASYNC110 - a counter, nothing to wait on
+            await asyncio.sleep(0.02)
+
+
+@pytest.fixture(scope="module")
+async def browser() -> AsyncIterator[Browser]:
+    async with async_playwright() as pw:
+        found = await pw.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
+        )
+        try:
+            yield found
+        finally:
+            await found.close()
+
+
+@dataclass
+class RunningUI:
+    url: str
+    app: Starlette
+    server: UIServer
+    task: asyncio.Task[None]
+
+    @property
+    def streams(self) -> int:
+        return int(self.app.state.ui.streams)
+
+    async def stop(self) -> float:
+        """Stop the server; how long it took."""
+        started = time.monotonic()
+        self.server.should_exit = True
+        await asyncio.wait_for(self.task, 10)
+        return time.monotonic() - started
+
+
+@contextlib.asynccontextmanager
+async def running_ui(bus: MemoryBus) -> AsyncIterator[RunningUI]:
+    app = make_app(bus, allowed_hosts=("127.0.0.1", "localhost"))
+    server = make_server(app, log_config=None)
+    sock = bind("127.0.0.1", 0)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    ui = RunningUI(f"http://127.0.0.1:{sock.getsockname()[1]}", app, server, task)
+    try:
+        async with asyncio.timeout(10):
+            while not server.started:
+                if task.done():
+                    await task  # raises what stopped it
+                await asyncio.sleep(0.01)
+        yield ui
+    finally:
+        if not task.done():
+            await ui.stop()
+        sock.close()
+    assert ui.streams == 0
+
+
+@pytest.fixture
+async def ui(bus: MemoryBus) -> AsyncIterator[RunningUI]:
+    async with running_ui(bus) as running:
+        yield running
+
+
+@pytest.fixture
+async def page(browser: Browser) -> AsyncIterator[Page]:
+    context = await browser.new_context(viewport={"width": 1440, "height": 1000})
+    opened = await context.new_page()
+    try:
+        yield opened
+    finally:
+        await context.close()
+
+
+async def wait_live(page: Page) -> None:
+    """The page's event stream is subscribed: later events reach it."""
+    await expect(page.get_by_test_id("events-status")).to_have_attribute("data-state", "live")
+
+
+def item(page: Page, list_id: str, memory_id: str) -> Locator:
+    found = page.get_by_test_id(list_id).locator(
+        f'[data-testid="memory-item"][data-id="{memory_id}"]'
+    )
+    return found
+
+
+async def test_overview_search_detail_and_live_events(
+    bus: MemoryBus, ui: RunningUI, page: Page
+) -> None:
+    mem = bus.agent(workflow_id="wf_ui", agent_id="researcher")
+    await mem.add("user_pref", "The user prefers concise answers", tags=["style"])
+    await mem.add("fact", "The billing API allows 100 requests per minute", tags=["billing"])
+    decision = await mem.add("decision", "Adopt PostgreSQL for every new service", tags=["db"])
+    await mem.update(decision.id, content="Adopt PostgreSQL 16 for every new service")
+
+    await page.goto(f"{ui.url}/?workflow=wf_ui")
+
+    await expect(page.get_by_test_id("namespace")).to_have_text(bus.namespace)
+    await expect(page.get_by_test_id("stat-total")).to_have_text("3")
+    await expect(page.get_by_test_id("stat-workflow")).to_have_text("1")
+    await expect(page.get_by_test_id("stat-general")).to_have_text("2")
+    await expect(page.get_by_test_id("stat-embedder")).to_contain_text("hash")
+    await expect(page.locator('[data-testid="type-chip"][data-type="decision"]')).to_contain_text(
+        "1"
+    )
+    await expect(page.get_by_test_id("memory-list").get_by_test_id("memory-item")).to_have_count(3)
+
+    await page.get_by_test_id("search-input").fill("PostgreSQL")
+    await page.get_by_test_id("search-input").press("Enter")
+    hit = item(page, "search-results", decision.id)
+    await expect(hit).to_contain_text("Adopt PostgreSQL 16")
+    await expect(hit.get_by_test_id("score")).to_have_text(re.compile(r"^\d\.\d{3}$"))
+    await expect(page.get_by_test_id("search-summary")).to_contain_text("result")
+
+    await hit.click()
+    detail = page.get_by_test_id("detail")
+    await expect(detail.get_by_test_id("detail-id")).to_have_text(decision.id)
+    await expect(detail.get_by_test_id("detail-content")).to_have_text(
+        "Adopt PostgreSQL 16 for every new service"
+    )
+    entries = detail.get_by_test_id("history-entry")
+    await expect(entries).to_have_count(2)
+    await expect(entries.nth(0)).to_have_attribute("data-event", "added")
+    await expect(entries.nth(1)).to_have_attribute("data-event", "updated")
+    await expect(entries.nth(1)).to_contain_text("Adopt PostgreSQL for every new service")
+    anchor = detail.locator('[data-testid="timeline-item"][aria-current="true"]')
+    await expect(anchor).to_have_attribute("data-id", decision.id)
+    assert page.url.endswith(f"#memory={decision.id}")
+
+    # Live: events arrive without a reload, newest on top; the overview follows.
+    await wait_live(page)
+    first = await mem.add("todo", "Benchmark the connection pool before launch")
+    second = await mem.add("decision", "Use pgbouncer in transaction mode")
+    events = page.get_by_test_id("events").get_by_test_id("event")
+    await expect(events.first).to_have_attribute("data-id", second.id)
+    await expect(events.nth(1)).to_have_attribute("data-id", first.id)
+    await expect(events.first).to_contain_text("Use pgbouncer in transaction mode")
+    await expect(events.first).to_contain_text("added")
+    await expect(page.get_by_test_id("stat-total")).to_have_text("5")
+
+    # A click on an event opens its memory.
+    await events.nth(1).click()
+    await expect(detail.get_by_test_id("detail-id")).to_have_text(first.id)
+
+
+async def test_list_filters_and_a_workspace_with_a_state(
+    bus: MemoryBus, ui: RunningUI, page: Page
+) -> None:
+    await bus.create_workspace(
+        "payments/api",  # a `/` in a name reaches the endpoints URL-encoded
+        description="The payments service",
+        root_folder="~/src/payments-api",
+        purpose="Card payments and refunds",
+        key_files=["app/charges.py"],
+    )
+    mem = bus.agent(workflow_id="wf_ui", agent_id="coder", workspace="payments/api")
+    decision = await mem.add("decision", "Retry webhooks with backoff", tags=["payments"])
+    fact = await mem.add("fact", "Refunds settle in 5 days", tags=["billing"])
+    await mem.add("user_pref", "Prefers small pull requests", tags=["process"])
+    await mem.create_state(
+        "before-refactor",
+        conversation_context="We agreed to move webhooks to a worker.",
+        active_task="Extract webhook processing into a worker",
+        active_files=["app/webhooks.py"],
+        next_steps=["Move the signature check", "Add a retry queue"],
+        description="Save point before the worker refactor",
+    )
+
+    await page.goto(f"{ui.url}/?workflow=wf_ui")
+    listed = page.get_by_test_id("memory-list").get_by_test_id("memory-item")
+    await expect(listed).to_have_count(4)  # the state is a (general) memory too
+    await expect(page.get_by_test_id("list-count")).to_have_text("4 total")
+
+    await page.get_by_test_id("type-filter").select_option("decision")
+    await expect(listed).to_have_count(1)
+    await expect(listed.first).to_have_attribute("data-id", decision.id)
+
+    await page.get_by_test_id("type-filter").select_option("")
+    await page.get_by_test_id("tag-filter").select_option("billing")
+    await expect(listed).to_have_count(1)
+    await expect(listed.first).to_have_attribute("data-id", fact.id)
+
+    await page.get_by_test_id("workspaces").get_by_text("payments/api").click()
+    await expect(page.get_by_test_id("workspace-name")).to_have_text("payments/api")
+    await expect(page.get_by_test_id("workspace-detail")).to_contain_text("Card payments")
+    await page.get_by_test_id("state-item").filter(has_text="before-refactor").click()
+    state_box = page.get_by_test_id("state-detail")
+    await expect(state_box).to_contain_text("Extract webhook processing into a worker")
+    await expect(state_box).to_contain_text("Add a retry queue")
+    saved = await mem.load_state("before-refactor")
+    await state_box.get_by_role("button", name="open its memory").click()
+    await expect(page.get_by_test_id("detail-id")).to_have_text(saved.id)
+    await expect(page.get_by_test_id("detail-type")).to_have_text("state")
+
+
+async def test_errors_are_json_and_the_page_shows_them(
+    bus: MemoryBus, ui: RunningUI, page: Page
+) -> None:
+    api = page.request
+    missing = await api.get(f"{ui.url}/api/memory/no-such-id")
+    assert missing.status == 404
+    assert (await missing.json())["code"] == "not_found"
+    bad_int = await api.get(f"{ui.url}/api/list?limit=many")
+    assert bad_int.status == 400
+    assert (await bad_int.json())["code"] == "invalid_request"
+    bad_mode = await api.get(f"{ui.url}/api/search?q=x&mode=psychic")
+    assert bad_mode.status == 400
+    refused = await api.get(f"{ui.url}/api/list?limit=100000")  # refused by the handlers
+    assert refused.status == 400
+    assert "limit" in (await refused.json())["error"]
+    no_state = await api.get(f"{ui.url}/api/states/nowhere/nothing")
+    assert no_state.status == 404
+
+    await page.goto(f"{ui.url}/#memory=no-such-id")
+    await expect(page.get_by_test_id("error")).to_be_visible()
+    await expect(page.get_by_test_id("error-text")).to_contain_text("not_found")
+    await expect(page.get_by_test_id("detail").get_by_test_id("detail-error")).to_be_visible()
+
+
+async def test_untrusted_content_is_shown_as_text(
+    bus: MemoryBus, ui: RunningUI, page: Page
+) -> None:
+    payload = '<img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script>'
+    added = await bus.agent().add("fact", payload, tags=["xss"])
+
+    await page.goto(f"{ui.url}/#memory={added.id}")
+
+    await expect(page.get_by_test_id("detail-content")).to_have_text(payload)
+    await expect(item(page, "memory-list", added.id)).to_contain_text("<img src=x")
+    assert await page.locator("#detail img, #memory-list img, #memory-list script").count() == 0
+    assert await page.evaluate("window.__pwned") is None
+
+
+async def test_deletes_and_rejected_durable_writes_show_as_events(
+    bus: MemoryBus, ui: RunningUI, page: Page
+) -> None:
+    mem = bus.agent(workflow_id="wf_ui", agent_id="janitor")
+    doomed = await mem.add("context", "Scratch notes for this run")
+    await page.goto(ui.url)
+    await wait_live(page)
+
+    await mem.delete([doomed.id])
+    accepted = await mem.update("no-such-id", importance=0.5, durable=True)
+
+    events = page.get_by_test_id("events").get_by_test_id("event")
+    rejected = events.and_(page.locator('[data-action="rejected"]'))
+    await expect(rejected).to_contain_text("not_found")
+    await expect(rejected).to_contain_text(accepted.request_id)
+    deleted = events.and_(page.locator(f'[data-id="{doomed.id}"]'))
+    await expect(deleted).to_have_attribute("data-action", "deleted")
+    await expect(deleted).not_to_have_class(re.compile("openable"))
+
+
+async def test_event_streams_end_on_disconnect_and_on_shutdown(
+    bus: MemoryBus, ui: RunningUI, browser: Browser
+) -> None:
+    context = await browser.new_context()
+    try:
+        first = await context.new_page()
+        await first.goto(ui.url)
+        await wait_live(first)
+        second = await context.new_page()
+        await second.goto(ui.url)
+        await wait_live(second)
+        assert ui.streams == 2
+
+        await first.close()  # the browser drops the connection: its stream ends
+        await until(lambda: ui.streams == 1)
+
+        took = await ui.stop()  # with the second stream still open
+        assert took < QUICK_SHUTDOWN_S
+        assert ui.streams == 0
+    finally:
+        await context.close()
+
+
+async def test_other_host_names_are_refused(ui: RunningUI) -> None:
+    """DNS rebinding: a request naming another host gets nothing."""
+    port = int(ui.url.rsplit(":", 1)[1])
+
+    async def status(host: str) -> int:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        request = f"GET /api/info HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+        writer.write(request.encode())
+        await writer.drain()
+        line = await reader.readline()
+        writer.close()
+        await writer.wait_closed()
+        return int(line.split()[1])
+
+    assert await status("evil.example") == 403
+    assert await status(f"evil.example:{port}") == 403
+    assert await status(f"localhost:{port}") == 200
+
+
+async def test_serve_runs_until_cancelled(
+    servers: Servers, handlers: EmbeddedStack, ns: str, browser: Browser
+) -> None:
+    port = free_port()
+    task = asyncio.create_task(serve(servers.nats_url, ns, port=port, log_config=None))
+    page = await browser.new_page()
+    try:
+        async with asyncio.timeout(10):
+            while True:
+                try:
+                    _, writer = await asyncio.open_connection("127.0.0.1", port)
+                except OSError:
+                    assert not task.done(), task
+                    await asyncio.sleep(0.02)
+                    continue
+                writer.close()
+                await writer.wait_closed()
+                break
+        await page.goto(f"http://localhost:{port}/")
+        await expect(page.get_by_test_id("namespace")).to_have_text(ns)
+        await wait_live(page)
+    finally:
+        await page.close()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(task, QUICK_SHUTDOWN_S)
+    # The port is free again.
+    bind("127.0.0.1", port).close()
+
+
+# ------------------------------------------------------------------- the README screenshot
+
+
+async def populate(bus: MemoryBus) -> dict[str, str]:
+    """Realistic memories of two workflows, a workspace and a state."""
+    planner = bus.agent(workflow_id="wf_checkout", agent_id="planner")
+    coder = bus.agent(workflow_id="wf_checkout", agent_id="coder", session_id="s-0412")
+    writer = bus.agent(workflow_id="wf_onboarding", agent_id="writer")
+    ids: dict[str, str] = {}
+    await planner.add(
+        "identity", "The user is Maya Chen, staff engineer on the payments team", tags=["team"]
+    )
+    await planner.add(
+        "user_pref", "Prefers concise answers with runnable code examples", tags=["style"]
+    )
+    await writer.add("user_pref", "Use British spelling in customer-facing copy", tags=["copy"])
+    await coder.add(
+        "fact",
+        "The payments API allows 100 requests per minute per merchant",
+        tags=["payments", "limits"],
+    )
+    await coder.add(
+        "knowledge",
+        "Stripe webhooks can arrive out of order: deduplicate on the event id",
+        tags=["payments", "webhooks"],
+    )
+    await planner.add(
+        "goal", "Ship the one-page checkout by 14 June", tags=["release"], importance=0.95
+    )
+    await planner.add(
+        "decision", "Send an idempotency key with every POST to /charges", tags=["payments", "api"]
+    )
+    retry = await planner.add(
+        "decision", "Retry failed webhooks up to 3 times", tags=["payments", "webhooks"]
+    )
+    ids["retry"] = retry.id
+    await coder.add(
+        "observation",
+        title="Checkout latency regression",
+        facts=["p95 rose from 420 ms to 900 ms after 3.2.0", "An N+1 query in cart totals"],
+        narrative="Profiling the staging checkout showed one query per cart line.",
+        related_files=["app/cart/totals.py"],
+        related_people=["Maya Chen"],
+        tags=["perf"],
+    )
+    await writer.add(
+        "decision",
+        "Send the welcome email only once the address is verified",
+        tags=["email"],
+    )
+    await writer.add(
+        "fact",
+        "Sign-up drop-off is highest at the bank-linking step (38%)",
+        scope="workflow",
+        tags=["metrics"],
+    )
+    await planner.update(
+        retry.id,
+        content="Retry failed webhooks with exponential backoff, at most 5 attempts",
+        importance=0.85,
+    )
+    await bus.create_workspace(
+        "payments-api",
+        description="The payments service monorepo",
+        root_folder="~/src/payments-api",
+        purpose="Card payments, refunds and webhooks for the checkout",
+        workflows=["make test", "make deploy-staging"],
+        key_files=["app/charges.py", "app/webhooks.py", "docs/runbook.md"],
+        preferences={"language": "python", "formatter": "ruff"},
+    )
+    await bus.create_workspace(
+        "onboarding-site",
+        description="Marketing site and the sign-up flow",
+        root_folder="~/src/onboarding",
+        purpose="Sign-up, verification and the welcome journey",
+    )
+    await bus.agent(workflow_id="wf_checkout", agent_id="coder").create_state(
+        "before-webhook-worker",
+        workspace="payments-api",
+        conversation_context="We agreed to move webhook handling into a background worker.",
+        active_task="Extract webhook processing into a background worker",
+        active_files=["app/webhooks.py", "app/worker.py"],
+        next_steps=["Move the signature check into middleware", "Add a retry queue"],
+        description="Save point before the worker refactor",
+        tags=["refactor"],
+    )
+    return ids
+
+
+async def live_activity(bus: MemoryBus) -> None:
+    """What agents do while someone watches the page."""
+    coder = bus.agent(workflow_id="wf_checkout", agent_id="coder")
+    reviewer = bus.agent(workflow_id="wf_checkout", agent_id="reviewer")
+    await coder.add(
+        "todo", "Load-test the checkout flow before the Friday release", tags=["testing"]
+    )
+    redis = await reviewer.add("decision", "Keep checkout sessions in Redis")
+    await reviewer.add(
+        "context", "Review: refund_handler.py swallows Stripe errors", tags=["review"]
+    )
+    await reviewer.add(
+        "decision",
+        "Keep checkout sessions in Postgres: one store fewer to run",
+        supersedes=[redis.id],
+        tags=["db"],
+    )
+    await coder.add("user_pref", "Prefers concise answers with runnable code examples")
+
+
+async def test_demo_page_and_screenshot(
+    servers: Servers, handlers: EmbeddedStack, browser: Browser, tmp_path: Path
+) -> None:
+    namespace = f"acme-{uuid.uuid4().hex[:4]}"
+    async with await MemoryBus.connect(servers.nats_url, namespace=namespace) as bus:
+        ids = await populate(bus)
+        async with running_ui(bus) as running:
+            context = await browser.new_context(
+                viewport={"width": 1440, "height": 1080}, device_scale_factor=1
+            )
+            try:
+                page = await context.new_page()
+                await page.goto(f"{running.url}/?workflow=wf_checkout")
+                await wait_live(page)
+                await live_activity(bus)
+                events = page.get_by_test_id("events").get_by_test_id("event")
+                await expect(events).to_have_count(6)
+                await expect(page.get_by_test_id("stat-total")).to_have_text("14")
+
+                await page.get_by_test_id("search-input").fill("webhooks")
+                await page.get_by_test_id("search-mode").select_option("text")
+                await page.get_by_test_id("search-button").click()
+                hit = item(page, "search-results", ids["retry"])
+                await hit.click()
+                await expect(page.get_by_test_id("history-entry")).to_have_count(2)
+                await page.get_by_test_id("workspaces").get_by_text("payments-api").click()
+                await page.get_by_test_id("state-item").first.click()
+                await expect(page.get_by_test_id("state-detail")).to_contain_text(
+                    "background worker"
+                )
+                await page.get_by_test_id("list-refresh").click()
+                await expect(
+                    page.get_by_test_id("memory-list").get_by_test_id("memory-item")
+                ).to_have_count(13)
+
+                target = Path(os.environ.get("MEMBUS_UI_SCREENSHOT") or tmp_path / "ui.png")
+                await page.evaluate("window.scrollTo(0, 0)")
+                png = await page.screenshot(path=str(target))
+                assert len(png) > 10_000
+            finally:
+                await context.close()
