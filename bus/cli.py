@@ -90,6 +90,16 @@ def _run(work: Callable[[], Coroutine[Any, Any, T]]) -> T:
         raise typer.Exit(130) from None
 
 
+def _ask(url: str, namespace: str, call: Callable[[MemoryBus], Coroutine[Any, Any, T]]) -> T:
+    """One request of a command: connect, `call`, close."""
+
+    async def work() -> T:
+        async with _bus(url, namespace) as bus:
+            return await call(bus)
+
+    return _run(work)
+
+
 @contextlib.asynccontextmanager
 async def _bus(url: str, namespace: str, timeout: float = 10.0) -> AsyncIterator[MemoryBus]:
     bus = await MemoryBus.connect(url, namespace=namespace, timeout=timeout, connect_within=5.0)
@@ -191,20 +201,19 @@ def add(
     if scope not in (None, "general", "workflow"):
         raise typer.BadParameter("scope is general or workflow")
 
-    async def work() -> Any:
-        async with _bus(nats_url, namespace) as bus:
-            mem = bus.agent(workflow_id=workflow, agent_id=agent)
-            return await mem.add(
-                type,
-                content,
-                tags=tag or (),
-                importance=importance,
-                ttl_s=ttl,
-                scope=scope,
-                durable=durable,  # type: ignore[call-overload]
-            )
-
-    reply = _run(work)
+    reply = _ask(
+        nats_url,
+        namespace,
+        lambda bus: bus.agent(workflow_id=workflow, agent_id=agent).add(
+            type,
+            content,
+            tags=tag or (),
+            importance=importance,
+            ttl_s=ttl,
+            scope=scope,
+            durable=durable,  # type: ignore[call-overload]
+        ),
+    )
     if as_json:
         _print_json(reply)
     elif durable:
@@ -231,18 +240,18 @@ def search(
 ) -> None:
     """Search memories by meaning and words, ranked."""
 
-    async def work() -> Any:
-        async with _bus(nats_url, namespace) as bus:
-            return await bus.agent(workflow_id=workflow).search(
-                query,
-                types=type,
-                tags=tag,
-                limit=limit,
-                mode=mode,  # type: ignore[arg-type]
-                scope=_scope(scope),
-            )
-
-    reply = _run(work)
+    reply = _ask(
+        nats_url,
+        namespace,
+        lambda bus: bus.agent(workflow_id=workflow).search(
+            query,
+            types=type,
+            tags=tag,
+            limit=limit,
+            mode=mode,  # type: ignore[arg-type]
+            scope=_scope(scope),
+        ),
+    )
     if as_json:
         _print_json(reply)
         return
@@ -273,11 +282,11 @@ def describe(
 ) -> None:
     """What the namespace holds: counts by type and scope, tags, oldest and newest."""
 
-    async def work() -> DescribeReply:
-        async with _bus(nats_url, namespace) as bus:
-            return await bus.agent(workflow_id=workflow).describe(scope=_scope(scope))
-
-    reply = _run(work)
+    reply = _ask(
+        nats_url,
+        namespace,
+        lambda bus: bus.agent(workflow_id=workflow).describe(scope=_scope(scope)),
+    )
     _print_json(reply) if as_json else out.print(_describe_table(reply))
 
 
@@ -295,13 +304,13 @@ def list_(
 ) -> None:
     """List memories, newest first, filtered by type, tag and workflow."""
 
-    async def work() -> Any:
-        async with _bus(nats_url, namespace) as bus:
-            return await bus.agent(workflow_id=workflow).list(
-                types=type, tags=tag, limit=limit, offset=offset, scope=_scope(scope)
-            )
-
-    reply = _run(work)
+    reply = _ask(
+        nats_url,
+        namespace,
+        lambda bus: bus.agent(workflow_id=workflow).list(
+            types=type, tags=tag, limit=limit, offset=offset, scope=_scope(scope)
+        ),
+    )
     if as_json:
         _print_json(reply)
         return
@@ -318,11 +327,11 @@ def get(
 ) -> None:
     """Read memories whole, by id."""
 
-    async def work() -> Any:
-        async with _bus(nats_url, namespace) as bus:
-            return await bus.agent().get(ids)
-
-    reply = _run(work)
+    reply = _ask(
+        nats_url,
+        namespace,
+        lambda bus: bus.agent().get(ids),
+    )
     if as_json:
         _print_json(reply)
         return
@@ -345,12 +354,13 @@ def recall(
 ) -> None:
     """What an agent should have in mind before a model turn (pre-turn recall)."""
 
-    async def work() -> Any:
-        async with _bus(nats_url, namespace) as bus:
-            mem = bus.agent(workflow_id=workflow, session_id=session)
-            return await mem.recall(message, limit=limit)
-
-    reply = _run(work)
+    reply = _ask(
+        nats_url,
+        namespace,
+        lambda bus: bus.agent(workflow_id=workflow, session_id=session).recall(
+            message, limit=limit
+        ),
+    )
     if as_json:
         _print_json(reply)
         return
@@ -374,11 +384,11 @@ def history(
 ) -> None:
     """What happened to one memory, oldest first."""
 
-    async def work() -> Any:
-        async with _bus(nats_url, namespace) as bus:
-            return await bus.agent().history(id)
-
-    reply = _run(work)
+    reply = _ask(
+        nats_url,
+        namespace,
+        lambda bus: bus.agent().history(id),
+    )
     if as_json:
         _print_json(reply)
         return
@@ -404,13 +414,13 @@ def timeline(
 ) -> None:
     """The memories just before and after one, oldest first (the anchor marked)."""
 
-    async def work() -> Any:
-        async with _bus(nats_url, namespace) as bus:
-            return await bus.agent(workflow_id=workflow).timeline(
-                id, before=before, after=after, scope=_scope(scope), mode="full"
-            )
-
-    reply = _run(work)
+    reply = _ask(
+        nats_url,
+        namespace,
+        lambda bus: bus.agent(workflow_id=workflow).timeline(
+            id, before=before, after=after, scope=_scope(scope), mode="full"
+        ),
+    )
     if as_json:
         _print_json(reply)
         return
