@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from datetime import datetime
 from typing import Any, Literal, TypeVar, overload
 
@@ -15,6 +16,8 @@ from nats.aio.msg import Msg
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.errors import APIError, NoStreamResponseError
+from opentelemetry import propagate, trace
+from opentelemetry.trace import ProxyTracerProvider, SpanKind
 
 from bus.errors import BusTimeout, InvalidRequest, Unavailable, error_for
 from contracts.messages import (
@@ -133,6 +136,45 @@ def _decoder(reply_type: type[R]) -> msgspec.json.Decoder[R]:
     return dec
 
 
+# Traces: when the application has set up an OpenTelemetry SDK, each send is a span
+# (`membus <op>`) whose context travels in the NATS headers to the handler, whose spans join
+# the same trace. With opentelemetry-api alone (a no-op) a send costs one check, no span.
+_tracer = trace.get_tracer("memory_bus.client")
+
+
+def _traced() -> bool:
+    """Whether a send is traced: an SDK is set up, or the caller runs inside a span context
+    it was given (which is then passed on)."""
+    return trace.get_current_span().get_span_context().is_valid or not isinstance(
+        trace.get_tracer_provider(), ProxyTracerProvider
+    )
+
+
+@contextlib.contextmanager
+def _send_span(
+    op: str, subject: str, namespace: str, kind: SpanKind, headers: dict[str, str]
+) -> Iterator[dict[str, str]]:
+    attributes = {
+        "messaging.system": "nats",
+        "messaging.destination.name": subject,
+        "membus.namespace": namespace,
+        "membus.op": op,
+    }
+    # An exception leaving the block is recorded on the span, which is then an error.
+    with _tracer.start_as_current_span(f"membus {op}", kind=kind, attributes=attributes):
+        propagate.inject(headers)
+        yield headers
+
+
+def _sending(
+    op: str, subject: str, namespace: str, kind: SpanKind, headers: dict[str, str] | None = None
+) -> contextlib.AbstractContextManager[dict[str, str] | None]:
+    """Around one send: yields the headers to send (`headers` plus the trace context)."""
+    if not _traced():
+        return contextlib.nullcontext(headers)
+    return _send_span(op, subject, namespace, kind, {} if headers is None else headers)
+
+
 class MemoryBus:
     """A connection to the memory bus for one namespace."""
 
@@ -232,25 +274,26 @@ class MemoryBus:
     async def request(self, op: str, body: Request | bytes, reply_type: type[R]) -> R:
         """Send one operation and decode its reply; errors raise typed `BusError`s."""
         data = body if isinstance(body, bytes) else _encoder.encode(body)
-        try:
-            msg = await self.nc.request(
-                request_subject(self.namespace, op, self.trust), data, timeout=self.timeout
-            )
-        except NoRespondersError:
-            raise Unavailable(
-                "No memory handlers are running (no responders); start them and retry."
-            ) from None
-        except NatsTimeoutError:
-            raise BusTimeout(f"No reply to {op} within {self.timeout}s; retry.") from None
-        env = _envelope.decode(msg.data)
-        if not env.success:
-            raise error_for(env.code, env.error)
-        return _decoder(reply_type).decode(msg.data)
+        subject = request_subject(self.namespace, op, self.trust)
+        with _sending(op, subject, self.namespace, SpanKind.CLIENT) as headers:
+            try:
+                msg = await self.nc.request(subject, data, timeout=self.timeout, headers=headers)
+            except NoRespondersError:
+                raise Unavailable(
+                    "No memory handlers are running (no responders); start them and retry."
+                ) from None
+            except NatsTimeoutError:
+                raise BusTimeout(f"No reply to {op} within {self.timeout}s; retry.") from None
+            env = _envelope.decode(msg.data)
+            if not env.success:
+                raise error_for(env.code, env.error)
+            return _decoder(reply_type).decode(msg.data)
 
     async def publish(self, op: str, body: Request) -> None:
         """Send one operation without waiting for (or getting) a reply: `capture`."""
         subject = request_subject(self.namespace, op, self.trust)
-        await self.nc.publish(subject, _encoder.encode(body))
+        with _sending(op, subject, self.namespace, SpanKind.PRODUCER) as headers:
+            await self.nc.publish(subject, _encoder.encode(body), headers=headers)
 
     async def durable(self, op: str, body: Request, request_id: str | None = None) -> Accepted:
         """Send a write (add, update, delete, capture) through the JetStream stream
@@ -262,28 +305,33 @@ class MemoryBus:
         request_id = request_id or uuid.uuid4().hex
         subject = request_subject(self.namespace, op, self.trust, durable=True)
         data = _encoder.encode(body)
-        for attempt in range(DURABLE_ATTEMPTS):
-            try:
-                ack = await self._js.publish(
-                    subject, data, timeout=self.timeout, headers={"Nats-Msg-Id": request_id}
-                )
-                return Accepted(request_id, ack.stream, ack.seq, bool(ack.duplicate))
-            except (NoRespondersError, NoStreamResponseError):
-                raise Unavailable(
-                    f"No JetStream stream takes {subject}: the handlers create"
-                    f" {DURABLE_STREAM} when they start; start one (with JetStream on) and"
-                    " retry."
-                ) from None
-            except APIError as exc:  # e.g. the stream is full, or a subject it refuses
-                raise Unavailable(
-                    f"JetStream refused the {op}: {exc.description}; retry."
-                ) from None
-            except NatsTimeoutError:
-                if attempt == DURABLE_ATTEMPTS - 1:
-                    raise BusTimeout(
-                        f"JetStream did not acknowledge {op} within {self.timeout}s, three"
-                        f" times; retry with request_id={request_id!r} (never applied twice)."
+        # One span for the attempts; the handler's span of the write is its child.
+        with _sending(
+            op, subject, self.namespace, SpanKind.PRODUCER, {"Nats-Msg-Id": request_id}
+        ) as headers:
+            for attempt in range(DURABLE_ATTEMPTS):
+                try:
+                    ack = await self._js.publish(
+                        subject, data, timeout=self.timeout, headers=headers
+                    )
+                    return Accepted(request_id, ack.stream, ack.seq, bool(ack.duplicate))
+                except (NoRespondersError, NoStreamResponseError):
+                    raise Unavailable(
+                        f"No JetStream stream takes {subject}: the handlers create"
+                        f" {DURABLE_STREAM} when they start; start one (with JetStream on)"
+                        " and retry."
                     ) from None
+                except APIError as exc:  # e.g. the stream is full, or a subject it refuses
+                    raise Unavailable(
+                        f"JetStream refused the {op}: {exc.description}; retry."
+                    ) from None
+                except NatsTimeoutError:
+                    if attempt == DURABLE_ATTEMPTS - 1:
+                        raise BusTimeout(
+                            f"JetStream did not acknowledge {op} within {self.timeout}s,"
+                            f" three times; retry with request_id={request_id!r} (never"
+                            " applied twice)."
+                        ) from None
         raise AssertionError("unreachable")
 
     # Workspaces belong to the namespace, not to an agent.

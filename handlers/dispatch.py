@@ -8,10 +8,13 @@ import difflib
 import re
 import time
 import uuid
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import msgspec
 import numpy as np
 import structlog
+from opentelemetry import trace
 
 from contracts import limits
 from contracts.messages import NAME_PATTERN, REQUEST_TYPES, Context, ErrorReply, Request
@@ -29,6 +32,11 @@ from handlers.fit import fitted
 from handlers.ops import OPERATIONS, Deps
 from handlers.ops.checks import check_context
 from handlers.ops.deps import ACCESS, Access, DurableWrite
+from handlers.store.failures import redis_error_kind
+from handlers.tracing import SERVER_FAULTS, note_reply, start_request_span, trace_id
+
+if TYPE_CHECKING:
+    from handlers.metrics import Metrics
 
 log = structlog.get_logger("membus.dispatch")
 
@@ -182,10 +190,19 @@ def caller_access(op: str, trust: str) -> Access:
 
 
 async def dispatch(
-    op: str, subject: str, body: bytes, deps: Deps, write: DurableWrite | None = None
+    op: str,
+    subject: str,
+    body: bytes,
+    deps: Deps,
+    write: DurableWrite | None = None,
+    headers: Mapping[str, str] | None = None,
+    received: float | None = None,
 ) -> tuple[bytes, HandlerError | None]:
     """Reply bytes, and the error when the reply is one. `write` is set for a durable write:
-    its request id names the request in the logs and in the events it causes."""
+    its request id names the request in the logs and in the events it causes. `headers`
+    (the request message's) carry the caller's trace context; `received` (perf_counter) is
+    when the request arrived, so that its wait for a slot counts in its measured duration."""
+    started = time.perf_counter()
     request_id = write.request_id if write is not None else uuid.uuid4().hex[:16]
     parsed = parse_request_subject(subject)
     ns, trust = (parsed[0], parsed[2]) if parsed else ("", FULL_TRUST)
@@ -193,6 +210,66 @@ async def dispatch(
     structlog.contextvars.bind_contextvars(request_id=request_id, op=op, ns=ns)
     if trust != FULL_TRUST:
         structlog.contextvars.bind_contextvars(trust=trust)
+    if deps.tracer is None:
+        out, error = await _run(op, subject, body, deps, write, ns, trust, request_id)
+    else:
+        span = start_request_span(
+            deps.tracer, op, subject, ns, headers, durable=write is not None, request_id=request_id
+        )
+        if (tid := trace_id(span)) is not None:
+            structlog.contextvars.bind_contextvars(trace_id=tid)
+        # Current while the operation runs, so that its Redis commands are its children.
+        with trace.use_span(span, end_on_exit=True):
+            out, error = await _run(op, subject, body, deps, write, ns, trust, request_id)
+            note_reply(span, error)
+    if deps.metrics is not None:
+        _measure(
+            deps.metrics,
+            op,
+            error,
+            time.perf_counter() - (started if received is None else received),
+        )
+    return out, error
+
+
+def shed(
+    op: str,
+    subject: str,
+    deps: Deps,
+    error: HandlerError,
+    headers: Mapping[str, str] | None = None,
+    received: float | None = None,
+) -> None:
+    """Count and trace a request that admission refused (it never reached `dispatch`)."""
+    if deps.tracer is not None:
+        parsed = parse_request_subject(subject)
+        ns = parsed[0] if parsed else ""
+        span = start_request_span(deps.tracer, op, subject, ns, headers, durable=False)
+        note_reply(span, error)
+        span.end()
+    if deps.metrics is not None:
+        waited = time.perf_counter() - received if received is not None else 0.0
+        _measure(deps.metrics, op, error, waited)
+
+
+def _measure(metrics: Metrics, op: str, error: HandlerError | None, seconds: float) -> None:
+    metrics.request_done(op, "ok" if error is None else error.code, seconds)
+    if error is not None and error.code in SERVER_FAULTS:
+        kind = redis_error_kind(error)
+        if kind is not None:
+            metrics.redis_error(kind)
+
+
+async def _run(
+    op: str,
+    subject: str,
+    body: bytes,
+    deps: Deps,
+    write: DurableWrite | None,
+    ns: str,
+    trust: str,
+    request_id: str,
+) -> tuple[bytes, HandlerError | None]:
     started = time.perf_counter()
     error: HandlerError | None = None
     count: int | None = None

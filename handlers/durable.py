@@ -38,6 +38,7 @@ from contracts.subjects import (
 from handlers.dispatch import dispatch
 from handlers.errors import HandlerError, InvalidRequest, Unavailable
 from handlers.ops.deps import Deps, DurableWrite
+from handlers.store.failures import redis_error_kind
 
 log = structlog.get_logger("membus.durable")
 _encoder = msgspec.json.Encoder()
@@ -89,6 +90,11 @@ class DurableWrites:
         self.js: JetStreamContext = nc.jetstream()
         self._sub: Any = None
         self.applied = self.duplicates = self.rejected = self.retried = 0
+
+    def _count(self, op: str, outcome: str) -> None:
+        if self.deps.metrics is not None:
+            # The subject's op token is anyone's text: keep the label to the known ones.
+            self.deps.metrics.durable_write(op if op in DURABLE_OPERATIONS else "unknown", outcome)
 
     async def start(self) -> bool:
         """Create or update the stream and the shared consumer; False when this NATS has no
@@ -157,24 +163,29 @@ class DurableWrites:
         store = self.deps.store
         try:
             state = await store.claim_write(ns, request_id, CLAIM_MS)
-        except Unavailable:
-            await self._retry(msg, "redis unreachable")
+        except Unavailable as exc:
+            if self.deps.metrics is not None and (kind := redis_error_kind(exc)) is not None:
+                self.deps.metrics.redis_error(kind)
+            await self._retry(msg, op, "redis unreachable")
             return
         if state is not None:
             if state == "pending":  # another handler is applying it right now
+                self._count(op, "in_progress")
                 await msg.nak(delay=1.0)
             else:
                 self.duplicates += 1
+                self._count(op, "duplicate")
                 log.info("durable.duplicate", request_id=request_id, state=state)
                 await msg.ack()
             return
         published_ms = int(meta.timestamp.timestamp() * 1000)
         write = DurableWrite(request_id, published_ms)
-        _, error = await dispatch(op, msg.subject, msg.data, self.deps, write)
+        # The headers carry the producer's trace context: the write's span is its child.
+        _, error = await dispatch(op, msg.subject, msg.data, self.deps, write, msg.headers)
         if isinstance(error, Unavailable):
             with contextlib.suppress(Unavailable):  # else the claim lapses by itself
                 await store.release_write(ns, request_id)
-            await self._retry(msg, error.message)
+            await self._retry(msg, op, error.message)
             return
         state = "done" if error is None else "rejected"
         try:
@@ -185,12 +196,14 @@ class DurableWrites:
             log.warning("durable.unmarked", request_id=request_id)
         if error is None:
             self.applied += 1
+            self._count(op, "applied")
             await msg.ack()
         else:
             await self._reject(msg, ns, op, request_id, error)
 
-    async def _retry(self, msg: Msg, why: str) -> None:
+    async def _retry(self, msg: Msg, op: str, why: str) -> None:
         self.retried += 1
+        self._count(op, "retried")
         delay = backoff_s(msg.metadata.num_delivered)
         log.warning("durable.retry", subject=msg.subject, delay_s=delay, why=why)
         await msg.nak(delay=delay)
@@ -199,6 +212,7 @@ class DurableWrites:
         self, msg: Msg, ns: str, op: str, request_id: str, error: HandlerError
     ) -> None:
         self.rejected += 1
+        self._count(op, "rejected")
         log.warning("durable.rejected", request_id=request_id, code=error.code, error=error.message)
         if is_valid_namespace(ns):
             event = RejectedEvent(request_id=request_id, code=error.code, error=error.message)

@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
-from typing import Any
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import nats
 import redis.asyncio as aioredis
@@ -14,6 +16,7 @@ import structlog
 from nats.micro import add_service
 from nats.micro.request import Request as MicroRequest
 from nats.micro.service import Service
+from opentelemetry.trace import Tracer, TracerProvider
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redisvl.extensions.cache.embeddings import EmbeddingsCache
@@ -21,10 +24,11 @@ from redisvl.extensions.cache.embeddings import EmbeddingsCache
 from contracts.subjects import OPERATIONS, QUEUE_GROUP, SERVICE_NAME, endpoint_subject
 from handlers import __version__
 from handlers.admission import Admission
-from handlers.dispatch import dispatch, error_body
+from handlers.dispatch import dispatch, error_body, shed
 from handlers.durable import DurableWrites
 from handlers.embed import Embedder, build_embedder
 from handlers.embed.cache import CachedEmbedder
+from handlers.embed.timed import TimedEmbedder
 from handlers.errors import Busy
 from handlers.logs import configure_logging
 from handlers.micro import ErrorStats, stop_taking_requests, wants_reply
@@ -33,6 +37,17 @@ from handlers.ops.deps import Deps, Publish
 from handlers.settings import Settings, SettingsError, load_settings
 from handlers.store.keys import EMBED_CACHE
 from handlers.store.store import Store
+from handlers.tracing import (
+    EXTRA_HINT,
+    configure_tracing,
+    handler_tracer,
+    instrument_redis,
+    untraced,
+)
+
+if TYPE_CHECKING:  # prometheus-client is in the `observability` extra
+    from handlers.metrics import Metrics
+    from handlers.probes import ProbeServer
 
 log = structlog.get_logger("membus.service")
 
@@ -80,15 +95,19 @@ class Handler:
         return on_request
 
     async def _serve(self, op: str, req: MicroRequest, endpoint: str) -> None:
+        received = time.perf_counter()
         if await self.admission.enter():
             try:
-                body, error = await dispatch(op, req.subject, req.data, self.deps)
+                body, error = await dispatch(
+                    op, req.subject, req.data, self.deps, headers=req.headers, received=received
+                )
             finally:
                 self.admission.leave()
         else:
             error = Busy(self.admission.running, self.admission.waiting)
             body = error_body(error)
             log.warning("request.shed", op=op, running=error.running, waiting=error.waiting)
+            shed(op, req.subject, self.deps, error, req.headers, received)
         if not wants_reply(req):
             if error is not None:  # a plain publish (a capture): nobody else will hear of it
                 log.warning("request.unanswered_error", op=op, code=error.code, error=error.message)
@@ -143,7 +162,9 @@ async def _connect_or_stop(url: str, stop: asyncio.Event) -> nats.NATS | None:
     return None
 
 
-def make_embedder(settings: Settings, client: aioredis.Redis) -> Embedder:
+def make_embedder(
+    settings: Settings, client: aioredis.Redis, metrics: Metrics | None = None
+) -> Embedder:
     embedder: Embedder = build_embedder(
         settings.embedder,
         hash_dimension=settings.hash_dimension,
@@ -151,6 +172,9 @@ def make_embedder(settings: Settings, client: aioredis.Redis) -> Embedder:
         openai_model=settings.openai_model,
         openai_api_key=settings.openai_api_key,
     )
+    if metrics is not None:
+        # Inside the cache: the metrics count the model's work, not cache hits.
+        embedder = TimedEmbedder(embedder, metrics.embedder_report(embedder.name))
     if settings.embed_cache and embedder.name != "hash":
         cache = EmbeddingsCache(
             name=EMBED_CACHE, ttl=settings.embed_cache_ttl_s, async_redis_client=client
@@ -165,6 +189,8 @@ def make_deps(
     embedder: Embedder,
     publish: Publish,
     max_payload: int,
+    metrics: Metrics | None = None,
+    tracer: Tracer | None = None,
 ) -> Deps:
     """What the operations share, built once per process (tests build theirs with this too)."""
     return Deps(
@@ -174,22 +200,103 @@ def make_deps(
         publish=publish,
         clock=now_ms,
         max_payload=max_payload,
+        metrics=metrics,
+        tracer=tracer,
     )
 
 
-async def serve(settings: Settings, stop: asyncio.Event) -> None:
+def make_metrics(settings: Settings) -> Metrics | None:
+    """The handler's metrics when MEMBUS_METRICS_PORT is set, else None (off, no cost)."""
+    if not settings.metrics_port:
+        return None
+    try:
+        from handlers.metrics import Metrics
+    except ImportError:
+        raise SettingsError(
+            f"MEMBUS_METRICS_PORT={settings.metrics_port} needs prometheus-client:"
+            f" {EXTRA_HINT}, or unset it."
+        ) from None
+    return Metrics()
+
+
+async def start_probes(
+    settings: Settings,
+    metrics: Metrics,
+    client: aioredis.Redis,
+    nats_connected: Callable[[], bool],
+) -> ProbeServer:
+    """Serve /metrics, /healthz and /readyz on MEMBUS_METRICS_PORT (from before NATS answers,
+    so that a handler waiting for NATS is alive but not ready)."""
+    from handlers.probes import ProbeServer
+
+    async def ready() -> str | None:
+        if not nats_connected():
+            return "NATS is not connected"
+        try:
+            with untraced():  # a probe every few seconds would otherwise be a trace each
+                async with asyncio.timeout(1.0):
+                    await client.ping()
+        except TimeoutError:
+            return "Redis did not answer PING within 1 s"
+        except Exception as exc:
+            return f"Redis did not answer PING: {exc!r}"
+        return None
+
+    probes = ProbeServer(metrics.registry, ready)
+    try:
+        await probes.start(settings.metrics_host, settings.metrics_port)
+    except OSError as exc:
+        raise SettingsError(
+            f"MEMBUS_METRICS_PORT={settings.metrics_port}: cannot listen on"
+            f" {settings.metrics_host}:{settings.metrics_port} ({exc.strerror or exc})."
+        ) from None
+    return probes
+
+
+async def serve(
+    settings: Settings, stop: asyncio.Event, tracer_provider: TracerProvider | None = None
+) -> None:
+    """Serve until `stop` is set. Traces go to `tracer_provider` (tests give one), else to
+    what the OTEL_* variables configure (nowhere when they ask for nothing)."""
+    metrics = make_metrics(settings)
+    provider = tracer_provider if tracer_provider is not None else configure_tracing()
     # A connection for each running request, and some for locks and index set-up.
     client = redis_client(settings.redis_url, settings.max_inflight + 16)
-    embedder = make_embedder(settings, client)
-    nc = await _connect_or_stop(settings.nats_url, stop)
-    if nc is None:
+    if provider is not None:
+        instrument_redis(client, provider)
+    embedder = make_embedder(settings, client, metrics)
+    nc: nats.NATS | None = None
+    probes: ProbeServer | None = None
+    try:
+        if metrics is not None:
+            probes = await start_probes(
+                settings, metrics, client, lambda: nc is not None and nc.is_connected
+            )
+        nc = await _connect_or_stop(settings.nats_url, stop)
+        if nc is None:
+            log.info("service.stopped", reason="stopped before NATS answered")
+            return
+        tracer = handler_tracer(provider) if provider is not None else None
+        deps = make_deps(settings, client, embedder, nc.publish, nc.max_payload, metrics, tracer)
+        await _serve_requests(settings, stop, nc, deps)
+    finally:
         await embedder.close()
         await client.aclose()
-        log.info("service.stopped", reason="stopped before NATS answered")
-        return
-    deps = make_deps(settings, client, embedder, nc.publish, nc.max_payload)
+        if probes is not None:
+            await probes.close()
+        if provider is not None and tracer_provider is None:
+            # Sends the spans still batched (in a thread: the exporter blocks).
+            await asyncio.to_thread(getattr(provider, "shutdown", lambda: None))
+
+
+async def _serve_requests(
+    settings: Settings, stop: asyncio.Event, nc: nats.NATS, deps: Deps
+) -> None:
     admission = Admission(settings.max_inflight, settings.max_waiting, settings.queue_wait_s)
+    if deps.metrics is not None:
+        deps.metrics.watch_admission(lambda: admission.running, lambda: admission.waiting)
     handler = Handler(deps, admission)
+    embedder = deps.embedder
     service = await add_service(
         nc,
         name=SERVICE_NAME,
@@ -223,6 +330,8 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
         embedder=embedder.name,
         dimension=embedder.dimension,
         durable=pulling is not None,
+        metrics_port=settings.metrics_port or None,
+        tracing=deps.tracer is not None,
     )
     try:
         await stop.wait()
@@ -237,8 +346,6 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
         await handler.drain(settings.drain_timeout_s)
         await deps.store.settle()
         await nc.drain()
-        await embedder.close()
-        await client.aclose()
         log.info("service.stopped")
 
 
@@ -257,4 +364,8 @@ def main() -> None:
             loop.add_signal_handler(sig, stop.set)
         await serve(settings, stop)
 
-    asyncio.run(run())
+    try:
+        asyncio.run(run())
+    except SettingsError as exc:  # found at start-up: MEMBUS_METRICS_PORT unusable
+        sys.stderr.write(f"memory-bus handler: {exc}\n")
+        raise SystemExit(2) from None

@@ -88,6 +88,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     # every namespace has its own from the start (see README, "Many namespaces").
     pool_max: Annotated[int, msgspec.Meta(ge=0)] = 0
     log_level: str = "info"
+    # The HTTP port of /metrics (Prometheus), /healthz and /readyz; 0: none. Needs the
+    # `observability` extra. Traces are set up from the standard OTEL_* variables instead.
+    metrics_port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 0
+    metrics_host: str = "0.0.0.0"
 
     def __post_init__(self) -> None:
         if not math.isfinite(self.drain_timeout_s):

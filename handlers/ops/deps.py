@@ -5,11 +5,17 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from opentelemetry.trace import Tracer
 
 from contracts.subjects import DEFAULT_STORE, FULL_TRUST, TRUST_LEVELS, VISIBLE_STORES
 from handlers.embed import Embedder
 from handlers.settings import Settings
 from handlers.store.store import Store
+
+if TYPE_CHECKING:  # prometheus-client is in the `observability` extra
+    from handlers.metrics import Metrics
 
 Publish = Callable[[str, bytes], Awaitable[None]]
 
@@ -58,3 +64,7 @@ class Deps:
     access: Access = ACCESS[FULL_TRUST]
     # Set for a durable write (from JetStream), else None.
     write: DurableWrite | None = None
+    # The handler's Prometheus metrics and the tracer of its request spans; None when off
+    # (MEMBUS_METRICS_PORT, OTEL_*), so that they then cost nothing. Only dispatch uses them.
+    metrics: Metrics | None = None
+    tracer: Tracer | None = None

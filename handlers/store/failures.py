@@ -41,6 +41,24 @@ def is_pool_exhausted(exc: BaseException) -> bool:
     return isinstance(exc, redis.exceptions.ConnectionError) and str(exc) == _POOL_EXHAUSTED
 
 
+def redis_error_kind(exc: BaseException) -> str | None:
+    """What kind of Redis error (connection, timeout, pool_exhausted, response) caused a
+    failure, for the handler's metrics; None when no Redis error is in its chain."""
+    seen: BaseException | None = exc
+    found: str | None = None
+    while seen is not None:
+        if is_pool_exhausted(seen):
+            return "pool_exhausted"
+        if isinstance(seen, redis.exceptions.TimeoutError):
+            return "timeout"
+        if isinstance(seen, redis.exceptions.ConnectionError):
+            return "connection"
+        if found is None and isinstance(seen, redis.exceptions.RedisError | RedisSearchError):
+            found = "response"  # unless a wrapper (redisvl's) hides a lost connection below
+        seen = seen.__cause__ or seen.__context__
+    return found
+
+
 @contextlib.asynccontextmanager
 async def redis_errors(on_lost: Callable[[], None] | None = None) -> AsyncIterator[None]:
     """Turn 'Redis is down' into `unavailable`, so clients know a retry is safe."""

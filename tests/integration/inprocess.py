@@ -25,12 +25,18 @@ class InProcess:
         self.deps = deps
 
     async def request(
-        self, subject: str, payload: bytes = b"", timeout: float = 0.5, **_: Any
+        self,
+        subject: str,
+        payload: bytes = b"",
+        timeout: float = 0.5,
+        headers: dict[str, str] | None = None,
+        **_: Any,
     ) -> Msg:
         parsed = parse_request_subject(subject)
         if parsed is None or parsed[1] not in OPERATIONS:
             raise NoRespondersError  # no handler subscribes to that subject
-        body, error = await dispatch(parsed[1], subject, payload, self.deps)
+        # The headers carry the SDK's trace context, as they would through NATS.
+        body, error = await dispatch(parsed[1], subject, payload, self.deps, headers=headers)
         # A handler counts accesses after its reply (Store.touch_later), and the reply's
         # trip through NATS gives that time to land before the caller's next request; here
         # the reply comes back at once, so wait for it.

@@ -18,12 +18,22 @@ REPO_PACKAGES = {"contracts", "bus", "handlers", "deploy"}
 WIRING = {"handlers", "handlers.__main__", "handlers.service", "handlers.dispatch"}
 WIRING |= {"handlers.micro", "handlers.logs", "handlers.fit", "handlers.admission"}
 WIRING |= {"handlers.durable"}
+# Tracing spans wrap dispatch, and the probe port reads the service's connections: wiring.
+WIRING |= {"handlers.tracing", "handlers.probes"}
 PARTS: dict[str, set[str]] = {
     "handlers.errors": set(),
     "handlers.embed": set(),
     "handlers.settings": {"handlers.embed"},
     "handlers.store": {"handlers.errors"},
-    "handlers.ops": {"handlers.errors", "handlers.settings", "handlers.store", "handlers.embed"},
+    # Only prometheus-client: Deps carries a Metrics (typed), the wiring fills it.
+    "handlers.metrics": set(),
+    "handlers.ops": {
+        "handlers.errors",
+        "handlers.settings",
+        "handlers.store",
+        "handlers.embed",
+        "handlers.metrics",
+    },
 }
 
 
