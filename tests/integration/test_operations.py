@@ -93,8 +93,16 @@ async def test_search_results_count_as_accesses(wf123: AgentMemory) -> None:
     a = await wf123.add("knowledge", "zebra crossing rules")
 
     await wf123.search("zebra crossing", limit=1)
+    # Counted right after the reply (docs/protocol.md, "Access"): a read through the other
+    # handler may come first, so wait for it, briefly, reading with `export`, which counts
+    # no access itself (a get would).
+    for _ in range(50):
+        page = await wf123.bus.export_page(ids=[a.id])
+        if page.memories[0].access_count:
+            break
+        await asyncio.sleep(0.02)
+    assert page.memories[0].access_count == 1
     got = (await wf123.get([a.id])).memories[0]
-
     assert got.access_count == 1
 
 
