@@ -20,6 +20,7 @@ from opentelemetry import propagate, trace
 from opentelemetry.trace import ProxyTracerProvider, SpanKind
 
 from bus.errors import BusTimeout, InvalidRequest, Unavailable, error_for
+from contracts import limits
 from contracts.messages import (
     AddReply,
     AddRequest,
@@ -431,14 +432,19 @@ class MemoryBus:
         while cursor is not None:
             page = await self.export_page(cursor, limit=limit, embeddings=embeddings)
             cursor = page.cursor
+            pending = page.pending
             while True:
                 fresh = [m for m in page.memories if m.id not in seen]
                 seen.update(m.id for m in fresh)
                 if fresh:
                     yield fresh
-                if not page.pending:
+                if not pending:
                     break
-                page = await self.export_page(ids=page.pending, embeddings=embeddings)
+                # What did not fit that page, at most MAX_IDS a request (and again what of
+                # those does not fit the next).
+                ask, pending = pending[: limits.MAX_IDS], pending[limits.MAX_IDS :]
+                page = await self.export_page(ids=ask, embeddings=embeddings)
+                pending = page.pending + pending
 
     @overload
     async def import_memories(
