@@ -60,6 +60,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.demo_only:
             return 0
         print(f"The bus is up: MEMBUS_NATS_URL={stack.nats_url}. Ctrl-C stops it.")
+        # Where to look next (the demo wrote to namespace "demo").
+        print(
+            f"Look inside (with MEMBUS_NATS_URL={stack.nats_url} set): membus describe -n demo,"
+            " membus tail -n demo, membus ui -n demo (then http://127.0.0.1:8484/)"
+        )
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
         with contextlib.suppress(KeyboardInterrupt):
             signal.pause()
