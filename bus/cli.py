@@ -664,7 +664,7 @@ def stats(
     nats_url: NatsUrl = DEFAULT_URL,
     as_json: AsJson = False,
 ) -> None:
-    """Every handler instance's micro stats: requests, errors, time per endpoint."""
+    """Every handler instance's micro stats: requests and errors, the busiest endpoints."""
 
     async def work() -> list[dict[str, Any]]:
         nc = await nats.connect(nats_url, connect_timeout=5, max_reconnect_attempts=0)
