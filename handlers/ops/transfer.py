@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import msgspec
 import numpy as np
-import structlog
 
 from contracts import limits
 from contracts.messages import (
@@ -18,7 +17,7 @@ from contracts.messages import (
     ImportRequest,
 )
 from contracts.types import STATE_TYPE
-from handlers.errors import InvalidRequest, Unavailable
+from handlers.errors import InvalidRequest
 from handlers.ops.checks import (
     check_content,
     check_metadata,
@@ -30,10 +29,10 @@ from handlers.ops.clock import dt_to_ms
 from handlers.ops.deps import Deps
 from handlers.ops.events import publish_event
 from handlers.ops.replies import to_exported
+from handlers.ops.vectors import embed_texts, given_vector
 from handlers.ops.writes import content_hash
 from handlers.store.record import PERMANENT_MS, Entry, Record
 
-log = structlog.get_logger("membus.operations")
 _encoder = msgspec.json.Encoder()
 # Room in a reply for everything but its memories (the envelope, cursor, pending ids).
 _REPLY_ROOM = 8 * 1024 + limits.MAX_EXPORT_LIMIT * (limits.MAX_ID_CHARS + 4)
@@ -119,37 +118,24 @@ def _record(m: ImportedMemory, deps: Deps) -> Record:
 async def _vectors(
     ns: str, todo: list[tuple[ImportedMemory, Record]], deps: Deps
 ) -> list[np.ndarray]:
-    """Each memory's vector: its exported one where given (it must fit the namespace), else
-    this handler's embedding of its content, in one batch."""
+    """Each memory's vector: its exported one where given (checked as an `add`'s), else this
+    handler's embedding of its content, in one batch."""
     meta = await deps.store.meta(ns)
     out: list[np.ndarray | None] = []
-    texts: list[str] = []
-    for m, rec in todo:
+    for m, _ in todo:
         if m.embedding is None:
             out.append(None)
-            texts.append(rec.content)
             continue
-        if len(m.embedding) != meta.dimension:
-            raise InvalidRequest(
-                f"Memory {m.id!r} has an embedding of {len(m.embedding)} dimensions, but"
-                f" namespace {ns!r} stores {meta.embedder} vectors of {meta.dimension}."
-                " Import into a namespace of the same embedder, or leave `embedding` out"
-                " (export without --embeddings) so that the handler embeds the content."
-            )
-        out.append(np.asarray(m.embedding, dtype=np.float32))
-    if texts:
-        embedder = deps.embedder
-        if (embedder.name, embedder.dimension) != (meta.embedder, meta.dimension):
-            raise Unavailable(
-                f"Namespace {ns!r} holds {meta.embedder} vectors ({meta.dimension} dims) but"
-                f" this handler embeds with {embedder.name}; import with the exported"
-                f" embeddings, or run handlers with MEMBUS_EMBEDDER={meta.embedder}."
-            )
         try:
-            embedded = iter(await embedder.embed(texts))
-        except Exception as exc:
-            log.exception("embedder.failed")
-            raise Unavailable(f"The {embedder.name} embedder failed; retry shortly.") from exc
+            out.append(given_vector(ns, meta, m.embedding))
+        except InvalidRequest as exc:
+            raise InvalidRequest(
+                f"Memory {m.id!r}: {exc.message} Import into a namespace of the same embedder,"
+                " or leave `embedding` out (export without --embeddings) to embed the content."
+            ) from None
+    texts = [rec.content for (m, rec) in todo if m.embedding is None]
+    if texts:
+        embedded = iter(await embed_texts(ns, deps, meta, texts))
         out = [v if v is not None else next(embedded) for v in out]
     return [v for v in out if v is not None]
 

@@ -8,6 +8,7 @@ import structlog
 
 from handlers.errors import InvalidRequest, Unavailable
 from handlers.ops.deps import Deps
+from handlers.store.schema import NamespaceMeta
 
 log = structlog.get_logger("membus.operations")
 
@@ -17,17 +18,30 @@ async def request_vector(
 ) -> np.ndarray:
     meta = await deps.store.meta(ns)
     if given is not None:
-        if len(given) != meta.dimension:
-            raise InvalidRequest(
-                f"`embedding` has {len(given)} dimensions, but namespace {ns!r} stores"
-                f" {meta.embedder} vectors of {meta.dimension}; `describe` tells both."
-            )
-        vec = np.asarray(given, dtype=np.float32)
-        if not np.all(np.isfinite(vec)) or not np.any(vec):
-            raise InvalidRequest("`embedding` must be finite and not all zeros.")
-        return vec
+        return given_vector(ns, meta, given)
     if text is None:
         raise InvalidRequest("Send a `query` (text) or an `embedding`.")
+    [vec] = await embed_texts(ns, deps, meta, [text])
+    return vec
+
+
+def given_vector(ns: str, meta: NamespaceMeta, given: list[float]) -> np.ndarray:
+    """A caller's own vector, checked against the namespace's."""
+    if len(given) != meta.dimension:
+        raise InvalidRequest(
+            f"`embedding` has {len(given)} dimensions, but namespace {ns!r} stores"
+            f" {meta.embedder} vectors of {meta.dimension}; `describe` tells both."
+        )
+    vec = np.asarray(given, dtype=np.float32)
+    if not np.all(np.isfinite(vec)) or not np.any(vec):
+        raise InvalidRequest("`embedding` must be finite and not all zeros.")
+    return vec
+
+
+async def embed_texts(
+    ns: str, deps: Deps, meta: NamespaceMeta, texts: list[str]
+) -> list[np.ndarray]:
+    """This handler's embeddings of `texts`, in one call, if its embedder is the namespace's."""
     embedder = deps.embedder
     if meta.embedder != embedder.name or meta.dimension != embedder.dimension:
         raise Unavailable(
@@ -36,8 +50,7 @@ async def request_vector(
             f" Send your own `embedding`, or run handlers with MEMBUS_EMBEDDER={meta.embedder}."
         )
     try:
-        [vec] = await embedder.embed([text])
+        return await embedder.embed(texts)
     except Exception as exc:
         log.exception("embedder.failed")
         raise Unavailable(f"The {embedder.name} embedder failed; retry shortly.") from exc
-    return vec

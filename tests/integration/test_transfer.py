@@ -111,3 +111,16 @@ async def test_export_and_import_need_full_trust(bus: MemoryBus) -> None:
     memory = ImportedMemory(id="x1", type="fact", content="x", created_at=datetime.now(UTC))
     with pytest.raises(Forbidden, match="import needs full trust"):
         await inner.import_memories([memory])
+
+
+async def test_an_imported_vector_is_checked_as_an_added_one(
+    bus: MemoryBus, rds: aioredis.Redis
+) -> None:
+    now = datetime.now(UTC)
+    flat = ImportedMemory(id="z1", type="fact", content="x", created_at=now, embedding=[0.0] * 384)
+    with pytest.raises(InvalidRequest, match=r"Memory 'z1'.*not all zeros"):
+        await bus.import_memories([flat])
+    short = ImportedMemory(id="z2", type="fact", content="x", created_at=now, embedding=[1.0] * 8)
+    with pytest.raises(InvalidRequest, match=r"Memory 'z2'.*8 dimensions"):
+        await bus.import_memories([short])
+    assert not await rds.exists(keys.record_key(bus.namespace, "z1"))
