@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
+import numpy as np
 
 from handlers.store.keys import (
     ROOT,
@@ -13,7 +14,7 @@ from handlers.store.keys import (
     pool_index_name,
     record_prefix,
 )
-from handlers.store.record import PEOPLE_SEPARATOR
+from handlers.store.record import PEOPLE_SEPARATOR, PERMANENT_MS, Record, new_fields
 
 # The hash field that holds a memory's embedding (float32 bytes), written beside the record.
 VECTOR_FIELD = "embedding"
@@ -21,6 +22,14 @@ VECTOR_FIELD = "embedding"
 POOL_FIELD = "pool"
 # Full-text fields a text query matches, content first.
 TEXT_FIELDS = ("content", "tagtext")
+
+
+def new_hash(rec: Record, vector: np.ndarray) -> tuple[dict[str, Any], int]:
+    """A new memory's hash (its record's fields and its vector), and the expiry the write
+    scripts give it with PEXPIREAT: epoch ms, or 0 for a permanent memory."""
+    fields = new_fields(rec)
+    fields[VECTOR_FIELD] = vector.astype(np.float32).tobytes()
+    return fields, 0 if rec.expires_at == PERMANENT_MS else rec.expires_at
 
 
 class NamespaceMeta(msgspec.Struct, frozen=True):

@@ -20,9 +20,9 @@ import redis.asyncio as aioredis
 
 from contracts import limits
 from handlers.store import keys
-from handlers.store.record import PERMANENT_MS, Entry, Record, new_fields
+from handlers.store.record import Entry, Record
 from handlers.store.resp import text
-from handlers.store.schema import VECTOR_FIELD
+from handlers.store.schema import new_hash
 from handlers.store.scripts import (
     ARCHIVE_STATE_LUA,
     CREATE_STATE_LUA,
@@ -177,10 +177,8 @@ class Spaces:
         entry: Entry,
     ) -> StateOutcome:
         """Claim the state's name in `workspace` and write its memory `rec`, in one step."""
-        fields = new_fields(rec)
-        fields[VECTOR_FIELD] = vector.astype(np.float32).tobytes()
+        fields, expires = new_hash(rec, vector)
         claim = _encode(StateName(id=rec.id, description=description))
-        expires = 0 if rec.expires_at == PERMANENT_MS else rec.expires_at
         args: list[Any] = [name, claim, expires, _encode(entry), limits.MAX_STATES]
         for field, value in fields.items():
             args += [field, value]

@@ -44,12 +44,11 @@ from handlers.store.record import (
     TypeGroup,
     changed_fields,
     decode,
-    new_fields,
     storage_fields,
     supersede_fields,
 )
 from handlers.store.resp import Found, parse_row, parse_search, text
-from handlers.store.schema import VECTOR_FIELD, NamespaceMeta
+from handlers.store.schema import VECTOR_FIELD, NamespaceMeta, new_hash
 from handlers.store.scripts import (
     ADD_LUA,
     DELETE_LUA,
@@ -242,9 +241,7 @@ class Store:
         """Write a new memory, or, when its content hash is live already, count a mention of
         that memory instead and return it (one atomic script). `entry` goes to the history
         of whichever it was (as `mentioned` for a repeat)."""
-        fields = new_fields(rec)
-        fields[VECTOR_FIELD] = vector.astype(np.float32).tobytes()
-        expires = 0 if rec.expires_at == PERMANENT_MS else rec.expires_at
+        fields, expires = new_hash(rec, vector)
         args: list[Any] = [now_ms, expires, keys.record_prefix(ns), keys.history_prefix(ns)]
         args += [_entry(entry), len(RECORD_FIELDS), *RECORD_FIELDS]
         dedup = keys.dedup_key(ns, rec.content_hash)

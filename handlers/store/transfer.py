@@ -13,9 +13,9 @@ import numpy as np
 import redis.asyncio as aioredis
 
 from handlers.store import keys
-from handlers.store.record import PERMANENT_MS, Entry, Record, new_fields
+from handlers.store.record import Entry, Record
 from handlers.store.resp import text
-from handlers.store.schema import VECTOR_FIELD
+from handlers.store.schema import new_hash
 from handlers.store.scripts import IMPORT_LUA
 from handlers.store.spaces import Guard
 
@@ -71,9 +71,7 @@ class Transfer:
         entry: Entry,
     ) -> bool:
         """Write `rec` as it is (its id, times and expiry); False when its id exists."""
-        fields = new_fields(rec)
-        fields[VECTOR_FIELD] = vector.astype(np.float32).tobytes()
-        expires = 0 if rec.expires_at == PERMANENT_MS else rec.expires_at
+        fields, expires = new_hash(rec, vector)
         script_keys = [
             keys.record_key(ns, rec.id),
             keys.access_key(ns, rec.id),
