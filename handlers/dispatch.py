@@ -254,7 +254,13 @@ def shed(
 
 def _measure(metrics: Metrics, op: str, error: HandlerError | None, seconds: float) -> None:
     metrics.request_done(op, "ok" if error is None else error.code, seconds)
-    if error is not None and error.code in SERVER_FAULTS:
+    if error is not None:
+        count_redis_error(metrics, error)
+
+
+def count_redis_error(metrics: Metrics | None, error: HandlerError) -> None:
+    """Count the Redis error behind a failure of the handler's own, if one is."""
+    if metrics is not None and error.code in SERVER_FAULTS:
         kind = redis_error_kind(error)
         if kind is not None:
             metrics.redis_error(kind)

@@ -35,10 +35,9 @@ from contracts.subjects import (
     parse_request_subject,
     rejected_subject,
 )
-from handlers.dispatch import dispatch
+from handlers.dispatch import count_redis_error, dispatch
 from handlers.errors import HandlerError, InvalidRequest, Unavailable
 from handlers.ops.deps import Deps, DurableWrite
-from handlers.store.failures import redis_error_kind
 
 log = structlog.get_logger("membus.durable")
 _encoder = msgspec.json.Encoder()
@@ -164,8 +163,7 @@ class DurableWrites:
         try:
             state = await store.claim_write(ns, request_id, CLAIM_MS)
         except Unavailable as exc:
-            if self.deps.metrics is not None and (kind := redis_error_kind(exc)) is not None:
-                self.deps.metrics.redis_error(kind)
+            count_redis_error(self.deps.metrics, exc)
             await self._retry(msg, op, "redis unreachable")
             return
         if state is not None:
