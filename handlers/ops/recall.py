@@ -17,7 +17,9 @@ from dataclasses import dataclass
 import msgspec
 import numpy as np
 
+from contracts import limits
 from contracts.messages import RecalledMemory, RecallReply, RecallRequest, SearchRequest
+from handlers.errors import InvalidRequest
 from handlers.ops import ranking
 from handlers.ops.budget import fits_budget
 from handlers.ops.checks import check_types
@@ -58,7 +60,12 @@ async def recall(ns: str, req: RecallRequest, deps: Deps) -> RecallReply:
     ttl_s = deps.settings.recall_session_ttl_s
     async with deps.store.exclusive(ns, f"recall:{sid}"):
         now = deps.clock()
-        turn, seen = await deps.store.session_turn(ns, sid, req.turn, ttl_s)
+        turn, seen = await deps.store.session_turn(ns, sid, req.turn, ttl_s, limits.MAX_TURN)
+        if turn > limits.MAX_TURN:
+            raise InvalidRequest(
+                f'Session "{sid}" has reached the last turn ({limits.MAX_TURN}): recall with a'
+                " new session_id."
+            )
         window = {mid: r for mid, r in seen.items() if abs(turn - r.turn) < req.reinject_after}
         stale = [mid for mid in seen if mid not in window]
         picks = await _candidates(ns, req, deps, now)
@@ -89,6 +96,8 @@ async def recall(ns: str, req: RecallRequest, deps: Deps) -> RecallReply:
             results.append(result)
             lines.append(line)
         given = {r.id: units.get(r.id) for r in results}
+        # A memory given again this turn has a new record: it is not stale any more.
+        stale = [mid for mid in stale if mid not in given]
         await deps.store.session_recalled(ns, sid, turn, given, stale, ttl_s)
     deps.store.touch_later(ns, list(given), now)
     return RecallReply(

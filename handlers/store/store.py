@@ -375,11 +375,12 @@ class Store:
     # ------------------------------------------------------------------------- sessions
 
     async def session_turn(
-        self, ns: str, session_id: str, turn: int | None, ttl_s: int
+        self, ns: str, session_id: str, turn: int | None, ttl_s: int, last: int
     ) -> tuple[int, dict[str, Recalled]]:
         """Advance the session to its next turn (or to `turn`, if given and later than the
         count); the turn, and for each memory recalled in the session when that was and its
-        vector. The caller holds the session's lock."""
+        vector. A turn past `last` is returned but not stored (the caller refuses it). The
+        caller holds the session's lock."""
         key = keys.session_key(ns, session_id)
         async with self._guard():
             raw = await self.client.hgetall(key)
@@ -389,6 +390,8 @@ class Store:
                 for k, v in raw.items()
             }
             now_turn = count + 1 if turn is None else turn
+            if now_turn > last:
+                return now_turn, state
             pipe = self.client.pipeline(transaction=False)
             pipe.hset(key, _TURN, max(count, now_turn))
             pipe.expire(key, ttl_s)

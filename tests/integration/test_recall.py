@@ -10,6 +10,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from bus import AgentMemory, InvalidRequest, MemoryBus
+from contracts import limits
 
 
 @pytest.fixture
@@ -43,6 +44,26 @@ async def test_a_memory_comes_back_once_the_window_has_passed(agent: AgentMemory
     turns = [await agent.recall("kayak trip", reinject_after=2) for _ in range(3)]
 
     assert [[r.id for r in t.results] for t in turns] == [[only], [], [only]]
+
+
+async def test_a_memory_comes_back_every_window_and_never_in_two_turns_in_a_row(
+    agent: AgentMemory,
+) -> None:
+    [only] = await _facts(agent, 1)
+
+    turns = [await agent.recall("kayak trip", reinject_after=10) for _ in range(23)]
+
+    given = [t.turn for t in turns if [r.id for r in t.results] == [only]]
+    assert given == [1, 11, 21]
+
+
+async def test_the_turn_count_stops_at_its_documented_maximum(agent: AgentMemory) -> None:
+    last = await agent.recall("hello", turn=limits.MAX_TURN)
+    assert last.turn == limits.MAX_TURN
+
+    with pytest.raises(InvalidRequest, match="new session_id"):
+        await agent.recall("hello")
+    assert (await agent.recall("hello", turn=limits.MAX_TURN)).turn == limits.MAX_TURN
 
 
 async def test_identity_comes_first_and_each_result_says_its_path(agent: AgentMemory) -> None:
