@@ -82,13 +82,8 @@ def _record(m: ImportedMemory, deps: Deps) -> Record:
     check_narrative(m.narrative)
     check_no_nul(title=m.title, narrative=m.narrative, facts=m.facts)
     check_content(m.content)
-    chash = m.content_hash
-    if chash is None:
-        chash = content_hash(
-            m.type, m.workflow_id, m.content, m.title, m.facts, m.workspace, m.store
-        )
     created = dt_to_ms(m.created_at)
-    return Record(
+    rec = Record(
         id=m.id,
         type=m.type,
         content=m.content,
@@ -102,7 +97,7 @@ def _record(m: ImportedMemory, deps: Deps) -> Record:
         source=m.source,
         metadata=check_metadata(m.metadata) if m.metadata else None,
         mention_count=m.mention_count,
-        content_hash=chash,
+        content_hash=m.content_hash or "",
         session_id=m.session_id,
         title=m.title,
         facts=m.facts,
@@ -113,6 +108,9 @@ def _record(m: ImportedMemory, deps: Deps) -> Record:
         workspace=m.workspace,
         store=m.store,
     )
+    if m.content_hash is None:
+        rec = msgspec.structs.replace(rec, content_hash=content_hash(rec))
+    return rec
 
 
 async def _vectors(

@@ -48,32 +48,26 @@ CLEAR_BATCH = 100
 CLEAR_BUDGET_S = 1.0
 
 
-def content_hash(
-    type_: str,
-    workflow_id: str | None,
-    content: str,
-    title: str | None = None,
-    facts: list[str] | tuple[str, ...] = (),
-    workspace: str | None = None,
-    store: str = "private",
-) -> str:
-    """Exact-dedup key: the normalised content (case and runs of whitespace ignored) within
-    one type, one scope (a workflow, or general), one workspace (or none) and one store. An
-    observation (one with a `title`) is the same when its title and facts are, whatever its
-    narrative says."""
-    if title is not None:
+def content_hash(rec: Record) -> str:
+    """Exact-dedup key of a memory: its normalised content (case and runs of whitespace
+    ignored) within one type, one scope (a workflow, or general), one workspace (or none) and
+    one store. An observation (one with a `title`) is the same when its title and facts are,
+    whatever its narrative says."""
+    if rec.title is not None:
         # The facts as a set: the same facts in another order are the same observation.
-        parts = [" ".join(part.lower().split()) for part in (title, *facts)]
+        parts = [" ".join(part.lower().split()) for part in (rec.title, *rec.facts)]
         normal = "\0".join([parts[0], *sorted(parts[1:])])
         normal = f"title\0{normal}"  # never equal to a plain content's key
     else:
-        normal = " ".join(content.lower().split())
+        normal = " ".join(rec.content.lower().split())
     # Outside any workspace the key is what it was before workspaces existed.
-    where = f"{workflow_id or ''}" + ("" if workspace is None else f"\0ws\0{workspace}")
+    where = f"{rec.workflow_id or ''}"
+    if rec.workspace is not None:
+        where += f"\0ws\0{rec.workspace}"
     # In the private store too (a full-trust agent's default).
-    if store != "private":
-        where += f"\0store\0{store}"
-    raw = f"{type_}\0{where}\0{normal}".encode()
+    if rec.store != "private":
+        where += f"\0store\0{rec.store}"
+    raw = f"{rec.type}\0{where}\0{normal}".encode()
     return hashlib.sha256(raw).hexdigest()[:32]
 
 
@@ -175,13 +169,6 @@ async def add(ns: str, req: AddRequest, deps: Deps) -> AddReply:
     vec = await request_vector(ns, deps, text=content, given=req.embedding)
     now = deps.clock()
     workflow_id = storage_workflow(cfg, req.scope, req.workflow_id)
-    chash = (
-        ""
-        if req.dedup == "none"
-        else content_hash(
-            req.type, workflow_id, content, req.title, req.facts, req.workspace, store
-        )
-    )
     rec = Record(
         id=durable_id or new_id(now),
         type=req.type,
@@ -195,7 +182,6 @@ async def add(ns: str, req: AddRequest, deps: Deps) -> AddReply:
         agent_id=req.agent_id,
         source=req.source,
         metadata=metadata,
-        content_hash=chash,
         session_id=req.context.session_id if req.context else None,
         title=req.title,
         facts=req.facts,
@@ -205,6 +191,8 @@ async def add(ns: str, req: AddRequest, deps: Deps) -> AddReply:
         workspace=req.workspace,
         store=store,
     )
+    if req.dedup != "none":
+        rec = msgspec.structs.replace(rec, content_hash=content_hash(rec))
     if req.dedup != "semantic":
         reply = await _write(ns, req, rec, vec, deps)
     else:
@@ -275,10 +263,7 @@ async def update(ns: str, req: UpdateRequest, deps: Deps) -> UpdateReply:
         vec = await request_vector(ns, deps, text=req.content)
         new = msgspec.structs.replace(new, content=req.content)
         if old.content_hash:  # a memory added with dedup "none" stays out of dedup
-            chash = content_hash(
-                old.type, old.workflow_id, req.content, old.title, old.facts, old.workspace
-            )
-            new = msgspec.structs.replace(new, content_hash=chash)
+            new = msgspec.structs.replace(new, content_hash=content_hash(new))
     if req.tags is not None:
         new = msgspec.structs.replace(new, tags=tuple(req.tags))
     if req.importance is not None:

@@ -103,6 +103,20 @@ async def test_exact_dedup_never_folds_into_another_store(bus: MemoryBus, as_tru
     assert again.duplicate_of == shared.id
 
 
+async def test_an_edited_memory_keeps_the_dedup_key_of_its_store(
+    bus: MemoryBus, as_trust: As
+) -> None:
+    inner = as_trust("inner").agent(workflow_id="wf_t")
+    shared = await inner.add("knowledge", "The standup moves to ten")
+    await inner.update(shared.id, content="The standup moves to eleven")
+
+    # A private repeat of the new text is its own memory; a shared one folds into the edit.
+    private = await bus.agent(workflow_id="wf_t").add("knowledge", "the standup moves to eleven")
+    assert private.duplicate_of is None and private.id != shared.id
+    again = await inner.add("knowledge", "The standup moves to eleven")
+    assert again.duplicate_of == shared.id
+
+
 async def test_public_trust_is_forbidden_everything(bus: MemoryBus, as_trust: As) -> None:
     public = as_trust("public").agent(workflow_id="wf_t")
     with pytest.raises(Forbidden, match="no memory store"):
