@@ -274,21 +274,41 @@ class MemoryBus:
 
     async def request(self, op: str, body: Request | bytes, reply_type: type[R]) -> R:
         """Send one operation and decode its reply; errors raise typed `BusError`s."""
-        data = body if isinstance(body, bytes) else _encoder.encode(body)
-        subject = request_subject(self.namespace, op, self.trust)
-        with _sending(op, subject, self.namespace, SpanKind.CLIENT) as headers:
-            try:
-                msg = await self.nc.request(subject, data, timeout=self.timeout, headers=headers)
-            except NoRespondersError:
-                raise Unavailable(
-                    "No memory handlers are running (no responders); start them and retry."
-                ) from None
-            except NatsTimeoutError:
-                raise BusTimeout(f"No reply to {op} within {self.timeout}s; retry.") from None
-            env = _envelope.decode(msg.data)
+        with self._request_span(op) as (subject, headers):
+            data = await self._send(op, subject, body, headers)
+            env = _envelope.decode(data)
             if not env.success:
                 raise error_for(env.code, env.error)
-            return _decoder(reply_type).decode(msg.data)
+            return _decoder(reply_type).decode(data)
+
+    async def request_raw(self, op: str, body: Request | bytes) -> bytes:
+        """Send one operation and return its reply as sent, a success or an error body (for
+        callers that pass replies on, such as the tool executor). Same subject, trust and
+        trace as `request`; a bus that does not answer raises `Unavailable` or `BusTimeout`."""
+        with self._request_span(op) as (subject, headers):
+            return await self._send(op, subject, body, headers)
+
+    @contextlib.contextmanager
+    def _request_span(self, op: str) -> Iterator[tuple[str, dict[str, str] | None]]:
+        """The subject of `op` at this connection's trust, and the headers carrying the
+        trace context of the request's span (an exception leaving it marks the span)."""
+        subject = request_subject(self.namespace, op, self.trust)
+        with _sending(op, subject, self.namespace, SpanKind.CLIENT) as headers:
+            yield subject, headers
+
+    async def _send(
+        self, op: str, subject: str, body: Request | bytes, headers: dict[str, str] | None
+    ) -> bytes:
+        data = body if isinstance(body, bytes) else _encoder.encode(body)
+        try:
+            msg = await self.nc.request(subject, data, timeout=self.timeout, headers=headers)
+        except NoRespondersError:
+            raise Unavailable(
+                "No memory handlers are running (no responders); start them and retry."
+            ) from None
+        except NatsTimeoutError:
+            raise BusTimeout(f"No reply to {op} within {self.timeout}s; retry.") from None
+        return bytes(msg.data)
 
     async def publish(self, op: str, body: Request) -> None:
         """Send one operation without waiting for (or getting) a reply: `capture`."""

@@ -27,13 +27,12 @@ from typing import Any
 import msgspec
 import structlog
 from nats.errors import Error as NatsError
-from nats.errors import NoRespondersError
-from nats.errors import TimeoutError as NatsTimeoutError
 
 from bus.client import MemoryBus
+from bus.errors import BusTimeout, Unavailable
 from contracts import limits
 from contracts.messages import NAME_PATTERN, REQUEST_TYPES, SESSION_ID_PATTERN, Request
-from contracts.subjects import WORKFLOW_ID_PATTERN, request_subject
+from contracts.subjects import WORKFLOW_ID_PATTERN
 from contracts.types import DAY_S, DEFAULT_TYPES, STATE_TYPE, TRACE_TYPE, TypeTable
 
 log = structlog.get_logger("membus.tools")
@@ -1019,21 +1018,20 @@ class ToolExecutor:
         return (await self.run(name, arguments)).text
 
     async def _send(self, prepared: PreparedCall) -> dict[str, Any]:
-        subject = request_subject(self.bus.namespace, prepared.op)
-        timeout = self.bus.timeout
+        # The bus's own send path: its trust's subjects and the request's trace.
         try:
-            msg = await self.bus.nc.request(subject, prepared.body, timeout=timeout)
-        except NoRespondersError:
+            data = await self.bus.request_raw(prepared.op, prepared.body)
+        except BusTimeout:
+            raise ToolCallError(
+                "unavailable",
+                f"No reply from the memory service within {self.bus.timeout:g}s. Retry the"
+                " same call in a moment.",
+            ) from None
+        except Unavailable:
             raise ToolCallError(
                 "unavailable",
                 "The memory service is not running (no responders). Retry in a moment;"
                 " if it keeps failing, go on without memory.",
-            ) from None
-        except NatsTimeoutError:
-            raise ToolCallError(
-                "unavailable",
-                f"No reply from the memory service within {timeout:g}s. Retry the same call"
-                " in a moment.",
             ) from None
         except NatsError as exc:
             raise ToolCallError(
@@ -1041,7 +1039,7 @@ class ToolExecutor:
                 f"Cannot reach the memory bus ({type(exc).__name__}). Retry in a moment.",
             ) from None
         try:
-            reply = msgspec.json.decode(msg.data)
+            reply = msgspec.json.decode(data)
         except msgspec.DecodeError:
             reply = None
         if not isinstance(reply, dict):

@@ -24,6 +24,7 @@ from nats.aio.msg import Msg
 from nats.js.api import StorageType
 
 from bus import BusTimeout, MemoryBus
+from bus.tools import ToolExecutor
 from deploy.embedded import EmbeddedStack, free_port, wait_for_handlers
 from deploy.nats_auth import (
     Agent,
@@ -525,7 +526,8 @@ async def test_the_bus_end_to_end_behind_the_generated_configuration(tmp_path: P
         )
         await wait_for_handlers(handlers_url, 1, procs, timeout=60)
 
-        bob = (await agent_bus("bob", "inner")).agent(agent_id="bob")
+        bob_bus = await agent_bus("bob", "inner")
+        bob = bob_bus.agent(agent_id="bob")
         added = await bob.add("knowledge", "The staging database moved to eu-west")
         accepted = await bob.add("knowledge", "Staging deploys need a ticket", durable=True)
         assert accepted.stream == "MEMBUS_WRITES"
@@ -543,6 +545,15 @@ async def test_the_bus_end_to_end_behind_the_generated_configuration(tmp_path: P
         assert {r.store for r in seen_by_bob.results} == {"shared"}
         assert secret.id not in {r.id for r in seen_by_bob.results}
         assert added.id in {r.id for r in seen_by_bob.results}
+        # Bob's model, through the tool executor on his bus: the same subjects, his trust.
+        tools = ToolExecutor(bob_bus, agent_id="bob")
+        found = await tools.run("memory_search", {"query": "staging", "limit": 10})
+        assert found.ok, found.data
+        assert {r["store"] for r in found.data["results"]} == {"shared"}
+        noted = await tools.run("memory_add", {"type": "knowledge", "content": "Staging is EU"})
+        assert noted.ok, noted.data
+        [stored] = (await bob.get([noted.data["id"]])).memories
+        assert stored.store == "shared"
         # Bob claiming full trust: the server refuses the subject, so no handler ever answers.
         bob_full = await agent_bus("bob", "full")
         with pytest.raises(BusTimeout):
