@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from datetime import datetime
 from typing import Any
 
 import msgspec
@@ -82,12 +83,39 @@ def backoff_s(deliveries: int) -> float:
     return min(MAX_BACKOFF_S, 0.5 * 2 ** max(0, deliveries - 1))
 
 
+class _Target(msgspec.Struct):
+    id: str | None = None
+
+
+_target = msgspec.json.Decoder(_Target)
+
+
+def _lanes(msgs: list[Msg]) -> list[list[Msg]]:
+    """A fetched batch as lanes that may run side by side: the updates of one memory share
+    a lane, in stream order; every other write has a lane of its own. (Across handlers,
+    `writes.update` keeps the stream order.)"""
+    lanes: dict[object, list[Msg]] = {}
+    for i, msg in enumerate(msgs):
+        key: object = i
+        if msg.subject.split(".")[2:3] == ["update"]:
+            with contextlib.suppress(msgspec.DecodeError, RecursionError):
+                key = (msg.subject.split(".")[1], _target.decode(msg.data).id)
+        lanes.setdefault(key, []).append(msg)
+    return list(lanes.values())
+
+
+def _micros(at: datetime | None) -> int:
+    return 0 if at is None else int(at.timestamp() * 1_000_000)
+
+
 class DurableWrites:
     def __init__(self, nc: NatsClient, deps: Deps) -> None:
         self.nc = nc
         self.deps = deps
         self.js: JetStreamContext = nc.jetstream()
         self._sub: Any = None
+        # When the stream was created: a write's position is (this, its stream sequence).
+        self._created_us = 0
         self.applied = self.duplicates = self.rejected = self.retried = 0
 
     def _count(self, op: str, outcome: str) -> None:
@@ -111,6 +139,8 @@ class DurableWrites:
             self._sub = await self.js.pull_subscribe_bind(
                 durable=DURABLE_CONSUMER, stream=DURABLE_STREAM
             )
+            info = await self.js.stream_info(DURABLE_STREAM)
+            self._created_us = _micros(info.created)
         except (ServiceUnavailableError, NotFoundError, nats.errors.NoRespondersError) as exc:
             log.warning("durable.off", reason=f"JetStream is not available: {exc!r}")
             return False
@@ -128,7 +158,11 @@ class DurableWrites:
                 log.warning("durable.fetch_failed", error=repr(exc))
                 await asyncio.sleep(0.5)
                 continue
-            await asyncio.gather(*(self._apply(m) for m in msgs))
+            await asyncio.gather(*(self._apply_in_order(lane) for lane in _lanes(msgs)))
+
+    async def _apply_in_order(self, lane: list[Msg]) -> None:
+        for msg in lane:
+            await self._apply(msg)
 
     async def close(self) -> None:
         """Drop the pull subscription: draining the connection would otherwise wait out its
@@ -177,7 +211,7 @@ class DurableWrites:
                 await msg.ack()
             return
         published_ms = int(meta.timestamp.timestamp() * 1000)
-        write = DurableWrite(request_id, published_ms)
+        write = DurableWrite(request_id, published_ms, (self._created_us, meta.sequence.stream))
         # The headers carry the producer's trace context: the write's span is its child.
         _, error = await dispatch(op, msg.subject, msg.data, self.deps, write, msg.headers)
         if isinstance(error, Unavailable):

@@ -40,10 +40,13 @@ class Access:
 @dataclass(frozen=True, slots=True)
 class DurableWrite:
     """A write taken from the JetStream stream: its `Nats-Msg-Id` (which the events it
-    causes carry) and when it was published."""
+    causes carry), when it was published, and its place in the stream: (when the stream was
+    created, in µs, and its sequence there), so that writes of a stream made anew come after
+    those of the one before."""
 
     request_id: str
     published_ms: int
+    position: tuple[int, int] = (0, 0)
 
 
 ACCESS = {t: Access(t, VISIBLE_STORES[t], DEFAULT_STORE[t]) for t in TRUST_LEVELS}

@@ -245,12 +245,70 @@ async def _supersede(ns: str, req: AddRequest, reply: AddReply, deps: Deps) -> N
     reply.missing.extend(mid for mid in req.supersedes if mid == reply.id)
 
 
-async def update(ns: str, req: UpdateRequest, deps: Deps) -> UpdateReply:
-    now = deps.clock()
-    missing = NotFound(
-        f'Memory "{req.id}" not found (it may have expired or been deleted).'
+# The request fields of an update, each one's last durable write marked on the memory.
+_UPDATABLE = ("content", "tags", "importance", "ttl_s")
+
+
+def _mark(position: tuple[int, int]) -> str:
+    created, seq = position
+    return f"{created}:{seq}"
+
+
+def _marked(mark: str) -> tuple[int, int]:
+    created, _, seq = mark.partition(":")
+    return int(created), int(seq or 0)
+
+
+def _missing(ns: str, memory_id: str) -> NotFound:
+    return NotFound(
+        f'Memory "{memory_id}" not found (it may have expired or been deleted).'
         f" Use mem.{ns}.list or mem.{ns}.search to find current ids."
     )
+
+
+async def update(ns: str, req: UpdateRequest, deps: Deps) -> UpdateReply:
+    """Change a memory. Durable updates of one memory take effect in stream order whatever
+    order the handlers apply them in: one at a time, and a field that this write or one later
+    in the stream has set already is left as it is (a write left with nothing to set changes
+    nothing and announces nothing)."""
+    write = deps.write
+    if write is None:
+        return await _update(ns, req, deps)
+    async with deps.store.exclusive(ns, f"update:{req.id}"):
+        marks = await deps.store.write_marks(ns, req.id, _UPDATABLE)
+        later = {
+            name
+            for name, mark in zip(_UPDATABLE, marks, strict=True)
+            if mark and _marked(mark) >= write.position
+        }
+        given = {name for name in _UPDATABLE if getattr(req, name) is not None}
+        if given <= later:
+            now = deps.clock()
+            rec = await deps.store.read(ns, req.id, now)
+            if rec is None or not deps.access.sees(rec.store):
+                raise _missing(ns, req.id)
+            return _updated(rec, rec.updated_at)
+        if later & given:
+            req = msgspec.structs.replace(req, **dict.fromkeys(later & given))
+        at = _mark(write.position)
+        return await _update(ns, req, deps, {name: at for name in given - later})
+
+
+def _updated(rec: Record, at_ms: int) -> UpdateReply:
+    return UpdateReply(
+        id=rec.id,
+        workflow_id=rec.workflow_id,
+        importance=rec.importance,
+        updated_at=ms_to_dt(at_ms),
+        expires_at=expiry_dt(rec.expires_at),
+    )
+
+
+async def _update(
+    ns: str, req: UpdateRequest, deps: Deps, marks: dict[str, str] | None = None
+) -> UpdateReply:
+    now = deps.clock()
+    missing = _missing(ns, req.id)
     old = await deps.store.read(ns, req.id, now)
     if old is None or not deps.access.sees(old.store):
         raise missing
@@ -272,16 +330,10 @@ async def update(ns: str, req: UpdateRequest, deps: Deps) -> UpdateReply:
         new = msgspec.structs.replace(new, expires_at=expires_ms(now, req.ttl_s))
     changes = update_changes(old, new)
     done = entry("updated", now, req, req.agent_id, changes)
-    if not await deps.store.update(ns, old, new, vec, now, done):
+    if not await deps.store.update(ns, old, new, vec, now, done, marks):
         raise missing
     await publish_event(deps, ns, "updated", new, now, agent_id=req.agent_id)
-    return UpdateReply(
-        id=new.id,
-        workflow_id=new.workflow_id,
-        importance=new.importance,
-        updated_at=ms_to_dt(now),
-        expires_at=expiry_dt(new.expires_at),
-    )
+    return _updated(new, now)
 
 
 async def _delete_and_announce(

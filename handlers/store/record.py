@@ -205,6 +205,12 @@ def new_fields(rec: Record) -> dict[str, Any]:
     return {k: v for k, v in _stored(rec).items() if v is not None and v != ""}
 
 
+def mark_field(name: str) -> str:
+    """The hash field that keeps the stream position of the durable write that last set the
+    request field `name` of a memory (not indexed, not a `Record` field)."""
+    return f"^{name}"
+
+
 def changed_fields(old: Record, new: Record) -> dict[str, Any]:
     """What to HSET to turn `old` into `new` (a field that became empty is set to "")."""
     before = _stored(old)

@@ -44,6 +44,7 @@ from handlers.store.record import (
     TypeGroup,
     changed_fields,
     decode,
+    mark_field,
     storage_fields,
     supersede_fields,
 )
@@ -297,10 +298,12 @@ class Store:
         vector: np.ndarray | None,
         now_ms: int,
         entry: Entry,
+        marks: dict[str, str] | None = None,
     ) -> bool:
         """Turn a live memory `old` into `new` (its dedup key and expiry follow, on every key
-        of the memory); False when it is gone."""
+        of the memory), and set the write `marks` (`write_marks`); False when it is gone."""
         fields = changed_fields(old, new)
+        fields.update({mark_field(name): mark for name, mark in (marks or {}).items()})
         if vector is not None:
             fields[VECTOR_FIELD] = vector.astype(np.float32).tobytes()
         if new.expires_at == old.expires_at:
@@ -318,6 +321,14 @@ class Store:
         args = [now_ms, expiry, _entry(entry), *_args(fields)]
         async with self._guard():
             return bool(await self._update(keys=memory_keys, args=args))
+
+    async def write_marks(self, ns: str, memory_id: str, names: tuple[str, ...]) -> list[str]:
+        """For each request field in `names`, the stream position of the durable write that
+        last set it on the memory, as `update` stored it ("" where none has)."""
+        async with self._guard():
+            key = keys.record_key(ns, memory_id)
+            raw = await self.client.hmget(key, [mark_field(name) for name in names])
+        return [text(v) if v is not None else "" for v in raw]
 
     async def delete(
         self,

@@ -11,11 +11,15 @@ from collections.abc import AsyncIterator
 import msgspec
 import nats
 import pytest
+from inprocess import InProcess
 from nats.aio.subscription import Subscription
 from stacks import private_stack
 
 from bus import Accepted, MemoryBus
-from contracts.messages import Event, RejectedEvent
+from contracts.messages import Event, RejectedEvent, UpdateRequest
+from contracts.subjects import DURABLE_CONSUMER, DURABLE_STREAM
+from handlers.dispatch import dispatch
+from handlers.ops.deps import DurableWrite
 
 pytestmark = pytest.mark.transports("nats")
 
@@ -149,3 +153,68 @@ async def test_writes_wait_out_a_redis_outage_and_a_redelivered_write_is_not_app
             )
         finally:
             await bus.close()
+
+
+async def settled(bus: MemoryBus, timeout: float = 60) -> None:
+    """Until the handlers' shared consumer has every write in the stream acknowledged."""
+    js = bus.nc.jetstream()
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        info = await js.consumer_info(DURABLE_STREAM, DURABLE_CONSUMER)
+        if info.num_pending == 0 and info.num_ack_pending == 0:
+            return
+        assert asyncio.get_running_loop().time() < deadline, info
+        await asyncio.sleep(0.05)
+
+
+async def test_the_last_acknowledged_write_to_a_memory_wins(bus: MemoryBus) -> None:
+    # One writer, each update acknowledged before the next is sent, through two handlers
+    # that pull batches from the one consumer: each field ends as its last write set it.
+    mem = bus.agent(workflow_id="wf_d")
+    for trial in range(4):
+        kept = await mem.add("context", f"trial {trial} version start")
+        for i in range(30):
+            if i % 3 == 2:
+                await mem.update(kept.id, tags=[f"t{i}"], durable=True)
+            else:
+                await mem.update(kept.id, content=f"trial {trial} version {i}", durable=True)
+        await mem.update(kept.id, importance=0.25, durable=True)
+        await settled(bus)
+        [got] = (await mem.get([kept.id])).memories
+        assert (got.content, got.tags, got.importance) == (
+            f"trial {trial} version 28",
+            ["t29"],
+            0.25,
+        ), trial
+
+
+async def test_a_write_applied_late_changes_nothing_a_later_one_set(
+    bus: MemoryBus, in_process: InProcess
+) -> None:
+    mem = bus.agent(workflow_id="wf_d")
+    kept = await mem.add("context", "first words", tags=["first"])
+    subject = f"memq.{bus.namespace}.update"
+    early = UpdateRequest(id=kept.id, content="early words", tags=["early"])
+    late = UpdateRequest(id=kept.id, content="late words")
+    deps = in_process.deps
+    # The later write (sequence 8) is applied first, as another handler may apply it.
+    for seq, body in ((8, late), (7, early)):
+        write = DurableWrite(f"req-{seq}", deps.clock(), (1, seq))
+        _, error = await dispatch("update", subject, msgspec.json.encode(body), deps, write)
+        assert error is None
+    [got] = (await mem.get([kept.id])).memories
+    assert (got.content, got.tags) == ("late words", ["early"])
+    # Applied again, the early write still changes nothing the later one set.
+    write = DurableWrite("req-7", deps.clock(), (1, 7))
+    _, error = await dispatch("update", subject, msgspec.json.encode(early), deps, write)
+    assert error is None
+    [again] = (await mem.get([kept.id])).memories
+    assert (again.content, again.tags) == ("late words", ["early"])
+    # A stream made anew (a later creation time) starts over at sequence 1, and wins.
+    write = DurableWrite("req-new", deps.clock(), (2, 1))
+    renewed = msgspec.json.encode(UpdateRequest(id=kept.id, content="after a new stream"))
+    _, error = await dispatch("update", subject, renewed, deps, write)
+    assert error is None
+    assert (await mem.get([kept.id])).memories[0].content == "after a new stream"
+    history = await mem.history(kept.id)
+    assert [e.event for e in history.entries] == ["added", "updated", "updated", "updated"]
