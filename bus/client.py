@@ -195,6 +195,9 @@ class MemoryBus:
         self.trust = trust
         self._owns = owns
         self._js: Any = None
+        # Whether the durable stream takes plain publishes (`publish`); None: not known yet.
+        self._stream: bool | None = None
+        self._probing: asyncio.Future[None] | None = None
 
     @classmethod
     async def connect(
@@ -311,10 +314,46 @@ class MemoryBus:
         return bytes(msg.data)
 
     async def publish(self, op: str, body: Request) -> None:
-        """Send one operation without waiting for (or getting) a reply: `capture`."""
-        subject = request_subject(self.namespace, op, self.trust)
-        with _sending(op, subject, self.namespace, SpanKind.PRODUCER) as headers:
-            await self.nc.publish(subject, _encoder.encode(body), headers=headers)
+        """Send a write without waiting for (or getting) a reply: `capture`. Where the
+        durable stream binds `memq.<ns>.<op>`, it goes there as a plain publish: JetStream
+        stores it without the sender waiting, and a handler applies it when it can, so a
+        burst is never shed. Without the stream (NATS without JetStream) it goes to the
+        request subject, where a handler with no room sheds it. Whether the stream is there
+        is learnt once per connection: the first write waits for JetStream's ack."""
+        data = _encoder.encode(body)
+        if self._stream is None:
+            if self._probing is None:
+                self._probing = asyncio.ensure_future(self._probe_stream(op, data))
+                await self._probing
+                return
+            with contextlib.suppress(Exception):  # the first write's failure is its own
+                await asyncio.shield(self._probing)
+        durable = self._stream is not False
+        subject = request_subject(self.namespace, op, self.trust, durable=durable)
+        ids = {"Nats-Msg-Id": uuid.uuid4().hex} if durable else None
+        with _sending(op, subject, self.namespace, SpanKind.PRODUCER, ids) as headers:
+            await self.nc.publish(subject, data, headers=headers)
+
+    async def _probe_stream(self, op: str, data: bytes) -> None:
+        """Send one write through JetStream, waiting for its ack: that tells whether the
+        stream is there (else the write goes to the request subject)."""
+        subject = request_subject(self.namespace, op, self.trust, durable=True)
+        if self._js is None:
+            self._js = self.nc.jetstream()
+        ids = {"Nats-Msg-Id": uuid.uuid4().hex}
+        try:
+            with _sending(op, subject, self.namespace, SpanKind.PRODUCER, ids) as headers:
+                await self._js.publish(subject, data, timeout=self.timeout, headers=headers)
+            self._stream = True
+        except NatsTimeoutError:
+            self._stream = True  # JetStream is there, only slow: the write is likely stored
+        except (NoRespondersError, NoStreamResponseError, APIError):
+            self._stream = False
+            plain = request_subject(self.namespace, op, self.trust)
+            with _sending(op, plain, self.namespace, SpanKind.PRODUCER) as headers:
+                await self.nc.publish(plain, data, headers=headers)
+        finally:
+            self._probing = None
 
     async def durable(self, op: str, body: Request, request_id: str | None = None) -> Accepted:
         """Send a write (add, update, delete, capture) through the JetStream stream

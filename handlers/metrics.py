@@ -78,6 +78,14 @@ class Metrics:
             ["op", "outcome"],
             registry=reg,
         )
+        self.unanswered_failures = Counter(
+            "membus_unanswered_failures_total",
+            "Requests sent without a reply subject (plain-publish captures) that failed or"
+            " were shed: lost, with nobody else told. The SDK publishes captures into the"
+            " durable stream where it exists, so these come from other publishers.",
+            ["op", "code"],
+            registry=reg,
+        )
         if process:
             # CPU, memory, open files, GC: what a dashboard shows next to the request rates.
             ProcessCollector(registry=reg)
@@ -115,3 +123,6 @@ class Metrics:
 
     def durable_write(self, op: str, outcome: str) -> None:
         self.durable_writes.labels(op, outcome).inc()
+
+    def unanswered_failure(self, op: str, code: str) -> None:
+        self.unanswered_failures.labels(op, code).inc()

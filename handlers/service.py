@@ -111,6 +111,8 @@ class Handler:
         if not wants_reply(req):
             if error is not None:  # a plain publish (a capture): nobody else will hear of it
                 log.warning("request.unanswered_error", op=op, code=error.code, error=error.message)
+                if self.deps.metrics is not None:
+                    self.deps.metrics.unanswered_failure(op, error.code)
             return
         try:
             if error is None:

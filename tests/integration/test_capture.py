@@ -9,7 +9,7 @@ import pytest
 from nats.aio.client import Client as NatsClient
 
 from bus import AgentMemory, MemoryBus
-from bus.capture import captured, capturing
+from bus.capture import captured, capturing, send_capture
 from contracts.messages import Memory
 from contracts.subjects import request_subject
 
@@ -160,3 +160,23 @@ async def test_a_capture_that_cannot_be_sent_never_breaks_the_tool(servers) -> N
     with pytest.raises(TypeError, match="async"):
         captured(mem)(lambda: None)  # type: ignore[arg-type]
 
+
+@pytest.mark.transports("nats")
+async def test_a_burst_of_published_captures_is_stored_whole(
+    transport: str, bus: MemoryBus
+) -> None:
+    # Far more at once than two handlers have room for: none may be shed or lost.
+    mem = bus.agent(workflow_id="wf_burst", agent_id="runner")
+    runs = 3000
+    sent = await asyncio.gather(
+        *(send_capture(mem, "probe", {"i": i}, f"out {i}", False, 0.1) for i in range(runs))
+    )
+    assert all(sent)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 120
+    while (total := (await mem.describe()).total) < runs:
+        assert loop.time() < deadline, f"{total} of {runs} stored"
+        await asyncio.sleep(0.25)
+    assert total == runs
+    listed = await mem.list(types=["trace"], limit=1)
+    assert listed.total == runs

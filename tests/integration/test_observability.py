@@ -93,6 +93,8 @@ async def test_a_handler_process_serves_metrics_health_and_readiness() -> None:
         await mem.search("fact")
         with pytest.raises(InvalidRequest):
             await bus.request("search", b'{"limit": "many"}', SearchReply)
+        # A plain publish that fails is lost to its sender: the metrics still count it.
+        await bus.nc.publish("mem.metrics.capture", b'{"tool": 42}')
         accepted = await mem.add("knowledge", "a durable fact", durable=True)
         assert accepted.request_id
 
@@ -102,7 +104,10 @@ async def test_a_handler_process_serves_metrics_health_and_readiness() -> None:
                 status, text = await get(f"{base}/metrics")
                 assert status == 200
                 found = samples(text)
-                if value(found, "membus_durable_writes_total", op="add", outcome="applied"):
+                lost = {"op": "capture", "code": "invalid_request"}
+                if value(
+                    found, "membus_durable_writes_total", op="add", outcome="applied"
+                ) and value(found, "membus_unanswered_failures_total", **lost):
                     return found
                 assert asyncio.get_running_loop().time() < deadline, "durable add not counted"
                 await asyncio.sleep(0.1)
@@ -111,6 +116,10 @@ async def test_a_handler_process_serves_metrics_health_and_readiness() -> None:
         # Three request/reply adds and the durable one: all ran `add` and answered ok.
         assert value(found, "membus_requests_total", op="add", code="ok") == 4
         assert value(found, "membus_requests_total", op="search", code="ok") == 1
+        assert (
+            value(found, "membus_unanswered_failures_total", op="capture", code="invalid_request")
+            == 1
+        )
         assert value(found, "membus_requests_total", op="search", code="invalid_request") == 1
         assert value(found, "membus_request_duration_seconds_count", op="add", code="ok") == 4
         assert (

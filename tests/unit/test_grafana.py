@@ -18,6 +18,7 @@ COUNTERS = {
     "membus_embedded_texts_total",
     "membus_redis_errors_total",
     "membus_durable_writes_total",
+    "membus_unanswered_failures_total",
 }
 GAUGES = {"membus_inflight_requests", "membus_waiting_requests"}
 HISTOGRAMS = {"membus_request_duration_seconds", "membus_embed_duration_seconds"}
