@@ -32,7 +32,7 @@ from handlers.fit import fitted
 from handlers.ops import OPERATIONS, Deps
 from handlers.ops.checks import check_context
 from handlers.ops.deps import ACCESS, Access, DurableWrite
-from handlers.store.failures import redis_error_kind
+from handlers.store.failures import as_unavailable, redis_error_kind
 from handlers.tracing import SERVER_FAULTS, note_reply, start_request_span, trace_id
 
 if TYPE_CHECKING:
@@ -297,11 +297,17 @@ async def _run(
         count = _result_count(reply)
     except HandlerError as exc:
         error = exc
-    except Exception:
-        log.exception("request.failed")
-        error = HandlerError(
-            f"Internal error (correlation id {request_id}); the handler logs have the details."
-        )
+    except Exception as exc:
+        # A Redis failure that reached here past the store's guard is still `unavailable`.
+        error = as_unavailable(exc)
+        if error is not None:  # where the traceback shows the call that lacks a guard
+            log.warning("request.unguarded_redis_failure", exc_info=True)
+        else:
+            log.exception("request.failed")
+            error = HandlerError(
+                f"Internal error (correlation id {request_id}); the handler logs have the"
+                " details."
+            )
     if error is not None:
         out = error_body(error)
     log.info(

@@ -59,24 +59,32 @@ def redis_error_kind(exc: BaseException) -> str | None:
     return found
 
 
+def as_unavailable(exc: BaseException) -> Unavailable | None:
+    """What a Redis failure means to the caller: `unavailable` (safe to retry) when this
+    handler has every connection busy or Redis cannot be reached, whatever raised it; None
+    for any other error."""
+    if is_pool_exhausted(exc):
+        # Redis is fine; this handler has every connection busy.
+        log.warning("redis.pool_exhausted")
+        return Unavailable(
+            "The memory service is busy (every store connection of this handler is in"
+            " use) and did not finish this request; retry in a moment with backoff."
+        )
+    if is_connection_error(exc):
+        log.warning("redis.unreachable", error=repr(exc))
+        return Unavailable("The memory store (Redis) is unreachable right now; retry shortly.")
+    return None
+
+
 @contextlib.asynccontextmanager
 async def redis_errors(on_lost: Callable[[], None] | None = None) -> AsyncIterator[None]:
     """Turn 'Redis is down' into `unavailable`, so clients know a retry is safe."""
     try:
         yield
     except (redis.exceptions.RedisError, RedisSearchError, OSError) as exc:
-        if is_pool_exhausted(exc):
-            # Redis is fine; this handler has every connection busy.
-            log.warning("redis.pool_exhausted")
-            raise Unavailable(
-                "The memory service is busy (every store connection of this handler is in"
-                " use) and did not finish this request; retry in a moment with backoff."
-            ) from exc
-        if is_connection_error(exc):
-            log.warning("redis.unreachable", error=repr(exc))
-            if on_lost is not None:
-                on_lost()
-            raise Unavailable(
-                "The memory store (Redis) is unreachable right now; retry shortly."
-            ) from exc
-        raise
+        lost = as_unavailable(exc)
+        if lost is None:
+            raise
+        if on_lost is not None and not is_pool_exhausted(exc):
+            on_lost()
+        raise lost from exc

@@ -186,7 +186,7 @@ class Store:
         self._dropping = False
         self._background: set[asyncio.Future[None]] = set()
         self._locks = Locks(client, self._guard)
-        self.summaries = Summaries(client)
+        self.summaries = Summaries(client, self._guard)
 
     async def write_set_up(self, ns: str, write: Callable[[], Awaitable[T]], unset: object) -> T:
         """Run a write script that answers `unset` (writing nothing) when the namespace has

@@ -24,6 +24,7 @@ import redis.asyncio as aioredis
 
 from handlers.store.keys import generation_key
 from handlers.store.record import TypeGroup
+from handlers.store.spaces import Guard
 
 # Generations below this were counted up from a missing key (see the module docstring).
 _FRESH = 1 << 32
@@ -71,8 +72,9 @@ class _Cached(NamedTuple):
 
 
 class Summaries:
-    def __init__(self, client: aioredis.Redis, max_entries: int = 1024) -> None:
+    def __init__(self, client: aioredis.Redis, guard: Guard, max_entries: int = 1024) -> None:
         self.client = client
+        self._guard = guard
         self.max_entries = max_entries
         self._cache: OrderedDict[tuple[str, str], _Cached] = OrderedDict()
 
@@ -103,13 +105,13 @@ class Summaries:
         return overview
 
     async def _generation(self, ns: str) -> int:
-        raw = await self.client.get(generation_key(ns))
-        generation = int(raw) if raw is not None else 0
-        if generation < _FRESH:
-            # INCRBY, not SET: a write that counts up meanwhile still moves it.
-            generation = int(
-                await self.client.incrby(generation_key(ns), random.randrange(_FRESH, 1 << 52))
-            )
+        async with self._guard():
+            raw = await self.client.get(generation_key(ns))
+            generation = int(raw) if raw is not None else 0
+            if generation < _FRESH:
+                # INCRBY, not SET: a write that counts up meanwhile still moves it.
+                key = generation_key(ns)
+                generation = int(await self.client.incrby(key, random.randrange(_FRESH, 1 << 52)))
         return generation
 
     def forget(self, ns: str | None = None) -> None:

@@ -6,15 +6,17 @@ These tests stop servers, so they run on an embedded stack of their own, never t
 from __future__ import annotations
 
 import asyncio
+import random
 import socket
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
 import pytest
 from stacks import private_stack
 
-from bus import MemoryBus, Unavailable
-from deploy.embedded import EmbeddedStack
+from bus import BusError, MemoryBus, Unavailable
+from deploy.embedded import EmbeddedStack, wait_for_handlers
 
 
 @pytest.fixture
@@ -88,3 +90,61 @@ async def test_connecting_to_a_nats_that_is_not_there_fails_in_time() -> None:
     with pytest.raises(Unavailable, match="did not answer"):
         await MemoryBus.connect(f"nats://127.0.0.1:{port}", connect_within=0.5)
     assert loop.time() - started < 5
+
+
+async def test_every_reply_while_redis_goes_down_is_a_success_or_unavailable() -> None:
+    # Mixed requests in flight through two handlers while Redis stops, over and over: a
+    # failure at whatever moment it hits (connecting, mid-command, mid-pipeline, a script,
+    # a lock, an index check) is `unavailable`, never `internal`.
+    async with private_stack("hash") as stack:
+        procs = stack.start_handlers(1, {"MEMBUS_EMBEDDER": "hash"})
+        await wait_for_handlers(stack.nats_url, 2, [*stack.handlers, *procs], timeout=60)
+        bus = await MemoryBus.connect(stack.nats_url, namespace="flaky", timeout=10)
+        mem = bus.agent(workflow_id="wf_1", agent_id="probe", session_id="s1")
+        codes: Counter[str] = Counter()
+        rng = random.Random(7)
+
+        async def one(i: int, ids: list[str]) -> None:
+            try:
+                match i % 9:
+                    case 0:
+                        await mem.add("knowledge", f"note {i} about rivers and kayaks")
+                    case 1:
+                        await mem.search("kayak river", limit=5)
+                    case 2:
+                        await mem.get(ids[:3])
+                    case 3:
+                        await mem.list(limit=5)
+                    case 4:
+                        await mem.describe()
+                    case 5:
+                        await mem.recall("where do we kayak?")
+                    case 6:
+                        await mem.update(ids[i % len(ids)], importance=0.5)
+                    case 7:
+                        await mem.timeline(ids[0])
+                    case _:
+                        await mem.add("decision", f"use kayak {i}", dedup="semantic")
+                codes["ok"] += 1
+            except BusError as exc:
+                codes[exc.code] += 1
+
+        for _round in range(8):
+            ids = [(await mem.add("knowledge", f"kayak trip {j}")).id for j in range(3)]
+            burst = [asyncio.ensure_future(one(i, ids)) for i in range(90)]
+            await asyncio.sleep(rng.uniform(0.0, 0.03))
+            await asyncio.to_thread(stack.stop_server, "redis")
+            await asyncio.gather(*burst)
+            await asyncio.to_thread(stack.start_redis)
+
+            async def serving() -> bool:
+                try:
+                    await mem.describe()
+                    return True
+                except Unavailable:
+                    return False
+
+            await _eventually(serving)
+        await bus.close()
+    assert set(codes) <= {"ok", "unavailable", "not_found"}, codes
+    assert codes["unavailable"] > 0, codes
