@@ -267,14 +267,15 @@ def _missing(ns: str, memory_id: str) -> NotFound:
 
 
 async def update(ns: str, req: UpdateRequest, deps: Deps) -> UpdateReply:
-    """Change a memory. Durable updates of one memory take effect in stream order whatever
-    order the handlers apply them in: one at a time, and a field that this write or one later
-    in the stream has set already is left as it is (a write left with nothing to set changes
-    nothing and announces nothing)."""
-    write = deps.write
-    if write is None:
-        return await _update(ns, req, deps)
+    """Change a memory, one update of it at a time across handlers (each reads what the one
+    before wrote, so content, vector and dedup key stay one). Durable updates take effect
+    in stream order whatever order the handlers apply them in: a field that this write or
+    one later in the stream has set already is left as it is (a write left with nothing to
+    set changes nothing and announces nothing)."""
     async with deps.store.exclusive(ns, f"update:{req.id}"):
+        write = deps.write
+        if write is None:
+            return await _update(ns, req, deps)
         marks = await deps.store.write_marks(ns, req.id, _UPDATABLE)
         later = {
             name

@@ -405,3 +405,22 @@ async def test_handlers_log_the_session_id_with_the_request(in_process, ns: str)
 
     [done] = [e for e in logs if e["event"] == "request.done"]
     assert done["session_id"] == "sess-7"
+
+
+@pytest.mark.transports("nats")
+async def test_concurrent_edits_of_one_memory_leave_one_consistent_memory(
+    transport: str, bus: MemoryBus
+) -> None:
+    # Twenty agents rewrite one memory at once through two handlers: it ends as one of
+    # them wrote it, and only that text is its exact-dedup key.
+    mem = bus.agent(workflow_id="wf_race")
+    kept = await mem.add("decision", "the release train leaves on monday")
+    texts = [f"the release train leaves on day {i}" for i in range(20)]
+    await asyncio.gather(*(mem.update(kept.id, content=t) for t in texts))
+    [final] = (await mem.get([kept.id])).memories
+    assert final.content in texts
+    for text in texts:
+        again = await mem.add("decision", text)
+        assert (again.duplicate_of == kept.id) == (text == final.content), text
+    history = await mem.history(kept.id)
+    assert [e.event for e in history.entries].count("updated") == 20
