@@ -321,7 +321,9 @@ async def _update(
         check_content(req.content)
         vec = await request_vector(ns, deps, text=req.content)
         new = msgspec.structs.replace(new, content=req.content)
-        if old.content_hash:  # a memory added with dedup "none" stays out of dedup
+        # A memory added with dedup "none" stays out of dedup, and a superseded one too (its
+        # key went with the superseding: the same text added again is a new, current memory).
+        if old.content_hash and old.superseded_by is None:
             new = msgspec.structs.replace(new, content_hash=content_hash(new))
     if req.tags is not None:
         new = msgspec.structs.replace(new, tags=tuple(req.tags))

@@ -57,6 +57,18 @@ async def test_semantic_dedup_does_not_fold_into_a_superseded_memory(
     assert again.duplicate_of is None  # the live one is gone from reads: a fresh memory
 
 
+async def test_an_edited_superseded_memory_takes_no_dedup_key(planner: AgentMemory) -> None:
+    old = await planner.add("decision", "store sessions in memcached")
+    await planner.add("decision", "store sessions in redis", supersedes=[old.id])
+    await planner.update(old.id, content="store sessions in sqlite")
+
+    again = await planner.add("decision", "store sessions in sqlite")
+
+    # A fresh, current memory: not a mention of the superseded one, which reads leave out.
+    assert again.duplicate_of is None and again.id != old.id
+    assert again.id in [m.id for m in (await planner.list()).memories]
+
+
 async def test_history_records_add_update_repeat_supersede_and_delete(
     planner: AgentMemory, bus: MemoryBus
 ) -> None:
