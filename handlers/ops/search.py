@@ -94,7 +94,8 @@ async def ranked_candidates(ns: str, req: SearchRequest, deps: Deps, now: int) -
         since_ms=dt_to_ms(req.since) if req.since else None,
         until_ms=dt_to_ms(req.until) if req.until else None,
     )
-    # The text query takes "not superseded" apart from the filter (see `text_match`).
+    # The text query puts "not superseded" in each word's clause beside the filter, not in
+    # it, and nothing around its OR of words (see `text_match`).
     current = not req.include_superseded
     knn_where = where & CURRENT if current else where
     k = ranking.overfetch(req.limit)

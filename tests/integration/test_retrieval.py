@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
@@ -230,19 +231,62 @@ async def test_text_mode_matches_tags_and_needs_no_vectors(wf123: AgentMemory) -
 
 
 async def test_text_score_counts_every_query_term_a_memory_matches(wf123: AgentMemory) -> None:
-    # Every search carries a scope filter; BM25 must still add up all the query's terms. Each
-    # term is in two memories (equal weight). A scorer that stopped at the first term a memory
-    # matches would put the short one-term memories ahead (BM25 favours short ones).
-    singles = [await wf123.add("knowledge", f"{w} sighting") for w in ("zebra", "quokka", "wombat")]
+    # Every search carries a scope filter and leaves superseded memories out; BM25 must still
+    # add up all the query's terms. Under an intersection driven by another part, RediSearch
+    # reaches a memory in the OR of terms by skipping past one that matches no term, and then
+    # scores only the first term it matches. A negation drives when the terms' matches
+    # outnumber the memories, so: each word is in several memories (as a name is in a
+    # conversation), and one that matches none comes just before the one matching all.
+    # Each term is in as many memories (equal weight); a scorer that stopped at the first term
+    # would put the short one-term memories ahead (BM25 favours short ones).
+    singles = [
+        await wf123.add("knowledge", f"{w} sighting {i}")
+        for i in range(3)
+        for w in ("zebra", "quokka", "wombat")
+    ]
+    await wf123.add("knowledge", "otter sighting")
     every = await wf123.add(
         "knowledge", "zebra quokka and wombat all seen together near the old river bridge today"
     )
 
-    hits = await wf123.search("zebra quokka wombat", mode="text", scope="both")
+    hits = await wf123.search("zebra quokka wombat", mode="text", scope="both", limit=20)
 
     assert hits.results[0].id == every.id
     assert {h.id for h in hits.results[1:]} == {s.id for s in singles}
     assert all(h.text_score is not None and h.text_score < 0.6 for h in hits.results[1:])
+
+
+async def test_text_search_leaves_out_superseded_memories_and_keeps_to_every_filter(
+    bus: MemoryBus, wf123: AgentMemory
+) -> None:
+    # The text query repeats every condition (scope, types, workspace, stores, not
+    # superseded) in each word's clause (see `text_match`): each must still hold for the
+    # whole query. The superseded memory is the best match by BM25 (every word, shortest).
+    old = await wf123.add("context", "heron nest pier")  # workflow scope by type
+    new = await wf123.add("context", "heron nest moved to the boathouse", supersedes=[old.id])
+    general = await wf123.add("knowledge", "heron nest built of sticks by the pier")
+    elsewhere = await bus.agent(workflow_id="wf_999").add("context", "heron nest near the dam")
+    await bus.create_workspace("Alpha", description="d", root_folder="alpha", purpose="p")
+    alpha = bus.agent(workflow_id="wf_123", workspace="Alpha")
+    in_alpha = await alpha.add("context", "heron nest in the reeds by the pier")
+    familiar = MemoryBus(bus.nc, bus.namespace, bus.timeout, owns=False, trust="familiar")
+    social = await familiar.agent(workflow_id="wf_123").add("context", "heron nest pier social")
+
+    async def found(mem: AgentMemory, **kw: Any) -> set[str]:
+        hits = await mem.search("heron nest pier", mode="text", limit=20, **kw)
+        return {h.id for h in hits.results}
+
+    current = {new.id, general.id, in_alpha.id, social.id}
+    assert await found(wf123) == current
+    assert await found(wf123, include_superseded=True) == current | {old.id}
+    assert await found(wf123, scope="workflow") == {new.id, in_alpha.id, social.id}
+    assert await found(wf123, scope="general") == {general.id}
+    assert await found(wf123, types=["knowledge"]) == {general.id}
+    assert await found(bus.agent(workflow_id="wf_999"), scope="workflow") == {elsewhere.id}
+    assert await found(alpha) == {in_alpha.id}
+    assert await found(familiar.agent(workflow_id="wf_123")) == {social.id}
+    hybrid = await wf123.search("heron nest pier", limit=20)
+    assert {h.id for h in hybrid.results} == current
 
 
 async def test_text_score_does_not_favour_the_workflow_over_general_memories(

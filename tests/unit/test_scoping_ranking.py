@@ -214,6 +214,23 @@ def test_text_match_intersects_each_term_with_the_filter_on_its_own() -> None:
     )
 
 
+def test_text_match_puts_every_condition_in_each_clause_and_nothing_around_the_or() -> None:
+    # An intersection around the OR makes RediSearch score one term per memory: the
+    # not-superseded negation and a pool's range go into each clause, beside the weight-0
+    # filter (inside it, the negation changed BM25).
+    from redisvl.query.filter import Tag
+
+    from handlers.store.filters import text_match
+
+    pool = "-@pool:[-inf (3] -@pool:[(3 +inf]"
+    query = text_match(["zebra", "quokka"], Tag("general") == "1", current=True, pool=pool)
+
+    rest = f"((@general:{{1}}) => {{$weight: 0.0;}}) {pool} (-@superseded:{{1}})"
+    assert query == (
+        f"((@content:zebra | @tagtext:zebra) {rest}) | ((@content:quokka | @tagtext:quokka) {rest})"
+    )
+
+
 def test_a_workspace_without_a_workflow_covers_all_of_its_memories() -> None:
     rs = read_scope("general", None, "Project Alpha")
     assert (rs.workflow_id, rs.general, rs.workspace, rs.applied) == (
