@@ -35,6 +35,12 @@ MAX_EMBEDDING_DIM = 4096
 MAX_AGENT_ID_CHARS = 128
 MAX_SOURCE_CHARS = 1024
 MAX_ID_CHARS = 64
+# An imported id: what the service makes (ULIDs) and common ids of other systems (UUIDs,
+# slugs); nothing a key, a query or a terminal would read as anything but the id.
+IMPORTED_ID_PATTERN = r"^[0-9A-Za-z_-]{1,64}\Z"
+# A counter of a memory (accesses, mentions) as an import may set it: a safe integer in
+# every client language, with room for Redis to go on counting.
+MAX_COUNT = 2**53 - 1
 PREVIEW_CHARS = 100
 # Each text of a request's `context` block (goal, memory, constraints), in UTF-8 bytes.
 MAX_CONTEXT_TEXT_BYTES = 4 * 1024

@@ -29,6 +29,7 @@ _TAG_RE = re.compile(TAG_PATTERN)
 TypeName = Annotated[str, msgspec.Meta(pattern=TYPE_NAME_PATTERN)]
 WorkflowId = Annotated[str, msgspec.Meta(pattern=WORKFLOW_ID_PATTERN)]
 MemoryId = Annotated[str, msgspec.Meta(min_length=1, max_length=limits.MAX_ID_CHARS)]
+ImportedId = Annotated[str, msgspec.Meta(pattern=limits.IMPORTED_ID_PATTERN)]
 Ids = Annotated[list[MemoryId], msgspec.Meta(min_length=1, max_length=limits.MAX_IDS)]
 Importance = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
 Tags = Annotated[list[str], msgspec.Meta(max_length=limits.MAX_TAGS)]
@@ -481,7 +482,7 @@ class ExportRequest(Request, kw_only=True):
 class ImportedMemory(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """One memory of an `import`: an `export` line, checked like an `add`."""
 
-    id: MemoryId
+    id: ImportedId
     type: TypeName
     content: Annotated[str, msgspec.Meta(min_length=1)]
     tags: Tags = []
@@ -494,16 +495,16 @@ class ImportedMemory(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     updated_at: datetime | None = None
     # Null: permanent.
     expires_at: datetime | None = None
-    access_count: Annotated[int, msgspec.Meta(ge=0)] = 0
+    access_count: Annotated[int, msgspec.Meta(ge=0, le=limits.MAX_COUNT)] = 0
     last_accessed_at: datetime | None = None
-    mention_count: Annotated[int, msgspec.Meta(ge=1)] = 1
+    mention_count: Annotated[int, msgspec.Meta(ge=1, le=limits.MAX_COUNT)] = 1
     session_id: SessionId | None = None
     title: Title | None = None
     facts: Facts = []
     narrative: Narrative | None = None
     related_files: Files = []
     related_people: People = []
-    superseded_by: MemoryId | None = None
+    superseded_by: ImportedId | None = None
     workspace: Name | None = None
     store: MemoryStore = "private"
     # The exact-dedup key as exported ("" outside dedup); absent: computed as `add` does.

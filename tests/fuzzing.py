@@ -592,6 +592,9 @@ def field_override(op: str, name: str, pool: Pool) -> SearchStrategy[Any] | None
     )
     types = st.sampled_from(list(DEFAULT_TYPES))
     odd_types = st.sampled_from(["bogus", "_", "State", "knowledge ", ""])
+    if op == "import" and name in ("id", "superseded_by"):
+        # An export file may carry anything: new ids, existing ones, and hostile text.
+        return weighted((tokens(r"[0-9A-Z]{26}"), 4), (ids, 1), (any_text(), 1))
     if name in ("id", "anchor", "ids", "supersedes"):
         return weighted((ids, 8), (tokens(r"[0-9A-Z]{26}"), 1))
     if name in ("type", "types"):
@@ -617,7 +620,7 @@ def field_override(op: str, name: str, pool: Pool) -> SearchStrategy[Any] | None
         if op == "create_workspace":
             return weighted((workspaces, 1), (name_token, 3))
         return weighted((workspaces, 4), (name_token, 1))
-    if name in ("since", "until"):
+    if name in ("since", "until", "created_at", "updated_at", "expires_at", "last_accessed_at"):
         return datetimes()
     return None
 
@@ -637,10 +640,16 @@ def _string(op: str, name: str, schema: dict[str, Any], pool: Pool) -> SearchStr
     return weighted((short, 6), (near_limit(hi or BYTE_LIMITS[name], BYTE_LIMITS.get(name)), 1))
 
 
+# Counters near the edges of what clients and Redis can count.
+EDGE_COUNTS = (2**63 - 1, 2**63, 2**64, 2**53, 2**53 - 1, 2**31)
+
+
 def _number(schema: dict[str, Any], integer: bool) -> SearchStrategy[Any]:
     lo, hi = schema.get("minimum"), schema.get("maximum")
     if integer:
-        return st.integers(min_value=lo, max_value=hi)
+        base = st.integers(min_value=lo, max_value=hi)
+        edges = [n for n in EDGE_COUNTS if (lo is None or n >= lo) and (hi is None or n <= hi)]
+        return weighted((base, 4), (st.sampled_from(edges), 1)) if edges else base
     xlo = schema.get("exclusiveMinimum")
     return st.floats(
         min_value=lo if xlo is None else xlo,
@@ -737,6 +746,18 @@ def _fixups(op: str, pool: Pool) -> Callable[[st.DrawFn, dict[str, Any]], None]:
             body.setdefault("workflow_id", draw(st.sampled_from(pool.workflow_ids)))
         if op == "update_workspace" and len(body) == 1:
             body["description"] = draw(any_text())
+        if op == "import":
+            for memory in body.get("memories") or []:
+                if not isinstance(memory, dict):
+                    continue
+                if draw(st.integers(0, 3)):
+                    # Mostly without a vector, which would need the namespace's dimension.
+                    memory.pop("embedding", None)
+                if draw(st.booleans()):  # a readable time, so the rest is what is tried
+                    memory["created_at"] = draw(st.datetimes()).isoformat() + "Z"
+                for counter in ("access_count", "mention_count"):
+                    if not draw(st.integers(0, 2)):
+                        memory[counter] = draw(st.sampled_from(EDGE_COUNTS))
 
     return fix
 

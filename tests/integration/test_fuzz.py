@@ -26,6 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import fuzzing
 from fuzzing import FuzzInput, Outcome, Pool
 
+from handlers.dispatch import dispatch
+
 # Every operation is in one group; each group gets EXAMPLES inputs.
 GROUPS: dict[str, tuple[str, ...]] = {
     "memories": ("add", "update", "get", "delete", "history", "timeline", "clear_by_type"),
@@ -208,3 +210,39 @@ def test_slowest_inputs_are_reported(capsys: pytest.CaptureFixture[str]) -> None
         print(f"\nfuzz: {len(OUTCOMES)} inputs, replies {json.dumps(codes, sort_keys=True)}")
         for outcome in slowest:
             print(f"  {outcome.ms:8.1f} ms  {outcome.input.describe(head=100)}")
+
+
+# The reads a stored memory meets: none of them may fail on what an import accepted.
+_READS: tuple[tuple[str, dict[str, object]], ...] = (
+    ("list", {"limit": 200}),
+    ("list", {"limit": 200, "include_superseded": True, "mode": "compact"}),
+    ("describe", {}),
+    ("search", {"query": "fuzz memory text", "limit": 50, "include_superseded": True}),
+    ("search", {"query": "fuzz memory text", "limit": 50, "mode": "text"}),
+    ("people", {"limit": 200}),
+    ("export", {"limit": 1000}),
+    ("recall", {"message": "fuzz memory text", "session_id": "fuzz-import"}),
+)
+
+
+async def test_what_an_import_accepts_every_read_serves(in_process: InProcess, ns: str) -> None:
+    pool = await fuzzing.seed_pool(ns, in_process.deps)
+    deps = in_process.deps
+    bodies = fuzzing.draw(fuzzing.valid_bodies("import", pool), 60, seed=20)
+    imported: list[str] = []
+    for body in bodies:
+        _, error = await dispatch("import", f"mem.{ns}.import", _body(body), deps)
+        if error is None:
+            imported += [m["id"] for m in body["memories"]]
+        else:
+            assert error.code != "internal", (error.message, body)
+    assert imported, "no generated import was accepted"
+    by_id = [("get", {"ids": imported[:100]})]
+    for mid in imported:
+        by_id += [("timeline", {"anchor": mid}), ("history", {"id": mid})]
+    for op, read in [*_READS, *by_id]:
+        for scope in ({}, {"scope": "both"}, {"workflow_id": "wf_fuzz"}):
+            if op in ("get", "history", "export", "people") and scope:
+                continue
+            _reply, error = await dispatch(op, f"mem.{ns}.{op}", _body({**read, **scope}), deps)
+            assert error is None or error.code != "internal", (op, read, scope, error.message)

@@ -3,6 +3,7 @@ page, and back in as they were, once."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from datetime import UTC, datetime, timedelta
 
@@ -11,8 +12,8 @@ import pytest
 import redis.asyncio as aioredis
 from inprocess import InProcess
 
-from bus import Forbidden, InvalidRequest, MemoryBus
-from contracts.messages import ImportedMemory
+from bus import Forbidden, InvalidRequest, MemoryBus, NotFound
+from contracts.messages import ImportedMemory, ImportReply
 from handlers.store import keys
 
 pytestmark = pytest.mark.transports("in_process", "nats")
@@ -124,3 +125,80 @@ async def test_an_imported_vector_is_checked_as_an_added_one(
     with pytest.raises(InvalidRequest, match=r"Memory 'z2'.*8 dimensions"):
         await bus.import_memories([short])
     assert not await rds.exists(keys.record_key(bus.namespace, "z1"))
+
+
+# Hostile values an export file could carry (hand-edited, or from another system): each
+# import either refuses the memory, naming it, or stores what every read can serve.
+_NOW = datetime.now(UTC)
+_HOSTILE: list[dict[str, object]] = [
+    {"id": "a\u0000b"},
+    {"id": "a\u0085b"},
+    {"id": "a b"},
+    {"id": "a:b"},
+    {"id": "a*b"},
+    {"id": "{a}"},
+    {"id": "é"},
+    {"access_count": 2**63},
+    {"access_count": 2**53},
+    {"access_count": -1},
+    {"mention_count": 2**63},
+    {"mention_count": 0},
+    {"created_at": "0001-01-01T00:00:00Z"},
+    {"created_at": "9999-12-31T23:59:59Z"},
+    {"updated_at": "0001-01-01T00:00:00Z"},
+    {"expires_at": "9999-12-31T23:59:59.999Z"},
+    {"last_accessed_at": "0001-01-01T00:00:00Z"},
+    {"last_accessed_at": "9999-12-31T23:59:59Z"},
+    {"superseded_by": "x\u0000y"},
+    {"tags": ["a\u0000b"]},
+    {"agent_id": "ag\u0000ent"},
+    {"session_id": "s\u0000"},
+    {"related_people": ["Jo\u0000sé"]},
+    {"related_files": ["a\u0000.py"]},
+    {"workflow_id": "wf\u0000"},
+    {"source": "x\u0000"},
+    {"metadata": {"k\u0000": "v\u0000"}},
+    {"content_hash": "\u0000" * 10},
+]
+
+
+async def _reads_all_answer(bus: MemoryBus, ids: list[str]) -> None:
+    """Every read of the namespace answers (an error naming the caller's mistake is fine,
+    `internal` is not)."""
+    mem = bus.agent()
+    wide = bus.agent(workflow_id="wf1")
+    for read in (
+        mem.list(limit=50),
+        wide.list(limit=50),
+        mem.describe(),
+        wide.search("anything at all", limit=10),
+        wide.search("anything at all", limit=10, mode="text"),
+        mem.get(ids),
+        wide.recall("anything at all", session_id="s1"),
+        wide.people(),
+        bus.export_page(limit=100),
+    ):
+        await read
+    for mid in ids:
+        for read in (mem.timeline(mid), mem.history(mid), mem.get([mid])):
+            with contextlib.suppress(NotFound):
+                await read
+
+
+@pytest.mark.parametrize("hostile", _HOSTILE, ids=[str(h)[:40] for h in _HOSTILE])
+async def test_nothing_imported_breaks_a_read(bus: MemoryBus, hostile: dict[str, object]) -> None:
+    row: dict[str, object] = {
+        "id": "h1",
+        "type": "fact",
+        "content": "an imported fact",
+        "workflow_id": "wf1",
+        "created_at": (_NOW - timedelta(hours=1)).isoformat(),
+        **hostile,
+    }
+    body = msgspec.json.encode({"memories": [row]})
+    try:
+        await bus.request("import", body, ImportReply)
+    except InvalidRequest as exc:
+        # The error names the memory (its place in the request, or its id).
+        assert "memories[0]" in exc.message or repr(row["id"]) in exc.message, exc.message
+    await _reads_all_answer(bus, [str(row["id"])])
