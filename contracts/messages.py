@@ -8,6 +8,7 @@ class sets it.
 from __future__ import annotations
 
 import re
+import unicodedata
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -118,10 +119,29 @@ class Context(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, kw
     constraints: ContextText | None = None
 
 
+# Fields that name something (a workspace, a state, a person): what looks the same is the
+# same name, so each is kept in Unicode NFC ("Café" typed or pasted either way is one name).
+NAME_FIELDS = ("workspace", "name", "people", "related_people")
+
+
+def nfc_names(struct: msgspec.Struct, fields: tuple[str, ...] = NAME_FIELDS) -> None:
+    """Put the name fields of a decoded message in NFC, in place."""
+    for field in fields:
+        value = getattr(struct, field, None)
+        if isinstance(value, str):
+            setattr(struct, field, unicodedata.normalize("NFC", value))
+        elif isinstance(value, list):
+            setattr(struct, field, [unicodedata.normalize("NFC", v) for v in value])
+
+
 class Request(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, kw_only=True):
-    """Base of every request body."""
+    """Base of every request body. A subclass with a `__post_init__` of its own calls this
+    one first."""
 
     context: Context | None = None
+
+    def __post_init__(self) -> None:
+        nfc_names(self)
 
 
 class AddRequest(Request, kw_only=True):
@@ -159,6 +179,7 @@ class AddRequest(Request, kw_only=True):
     store: MemoryStore | None = None
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         self.tags = normalize_tags(self.tags)
         if self.content is None:
             if self.title is None:
@@ -180,6 +201,7 @@ class UpdateRequest(Request, kw_only=True):
     agent_id: AgentId | None = None
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.tags is not None:
             self.tags = normalize_tags(self.tags)
         if (self.content, self.tags, self.importance, self.ttl_s) == (None, None, None, None):
@@ -218,6 +240,7 @@ class SearchRequest(Request, kw_only=True):
     workspace: Name | None = None
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.query is None and self.embedding is None:
             raise ValueError("search needs a `query` (text) or an `embedding`")
         if self.tags is not None:
@@ -249,6 +272,7 @@ class ListRequest(Request, kw_only=True):
     workspace: Name | None = None
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.tags is not None:
             self.tags = normalize_tags(self.tags)
 
@@ -289,6 +313,10 @@ class PeopleRequest(Request, kw_only=True):
     scope: ReadScope = "both"
     limit: Annotated[int, msgspec.Meta(ge=1, le=limits.MAX_PEOPLE_LIMIT)] = 20
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        nfc_names(self, ("query",))
+
 
 class RecallRequest(Request, kw_only=True):
     """Before a model turn: what the agent should have in mind (no model call)."""
@@ -322,6 +350,7 @@ class RecallRequest(Request, kw_only=True):
     workspace: Name | None = None
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.message is None and not self.messages:
             raise ValueError("recall needs the turn's `message` (or `messages`)")
         if self.message is not None and self.messages:
@@ -339,6 +368,7 @@ class ClearByTypeRequest(Request, kw_only=True):
     scope: StoreScope = "workflow"
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.type == STATE_TYPE:
             raise ValueError(
                 "States are immutable: clear_by_type cannot delete them. Use archive_state to"
@@ -388,6 +418,7 @@ class UpdateWorkspaceRequest(Request, kw_only=True):
     is_archived: bool | None = None
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if all(getattr(self, f) is None for f in WORKSPACE_FIELDS):
             raise ValueError(
                 "update_workspace changes nothing: give at least one of "
@@ -428,6 +459,7 @@ class CreateStateRequest(Request, kw_only=True):
     agent_id: AgentId | None = None
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         self.tags = normalize_tags(self.tags)
 
 
@@ -461,6 +493,7 @@ class CaptureRequest(Request, kw_only=True):
     duration_ms: Annotated[float, msgspec.Meta(ge=0.0)] | None = None
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         self.tool = self.tool.strip()
         if not self.tool:
             raise ValueError("`tool` is blank: give the name of the tool that ran")
@@ -512,6 +545,7 @@ class ImportedMemory(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     embedding: Embedding | None = None
 
     def __post_init__(self) -> None:
+        nfc_names(self)
         self.tags = normalize_tags(self.tags)
 
 

@@ -10,6 +10,7 @@ in `Record` (and, when it is searched or filtered, one entry in `schema.py`).
 from __future__ import annotations
 
 import hashlib
+import unicodedata
 from typing import Any, NamedTuple, TypeVar
 
 import msgspec
@@ -160,8 +161,10 @@ _CONTROL = dict.fromkeys([*range(0x20), 0x7F], " ")
 
 
 def person_tag(name: str) -> str:
-    """How a name is indexed and matched: lower-cased, without the separator or control
+    """How a name is indexed and matched: in NFC (so a name stored decomposed before names
+    were normalised is still the same person), lower-cased, without the separator or control
     characters, runs of blanks as one space."""
+    name = unicodedata.normalize("NFC", name)
     return " ".join(name.replace(PEOPLE_SEPARATOR, " ").translate(_CONTROL).lower().split())
 
 

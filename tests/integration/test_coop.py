@@ -91,6 +91,20 @@ async def test_people_counts_the_live_memories_that_name_each(agent: AgentMemory
     assert [p.name for p in (await agent.people("LIM")).people] == ["ana lima"]
 
 
+async def test_a_name_composed_or_decomposed_is_one_person(agent: AgentMemory) -> None:
+    composed, decomposed = "Jos\u00e9", "Jose\u0301"
+    first = await agent.add("event", "lunch with José", related_people=[composed])
+    second = await agent.add("event", "José called", related_people=[decomposed])
+
+    [jose] = (await agent.people()).people
+    assert (jose.name, jose.mention_count) == (composed, 2)
+    assert set(jose.memory_ids) == {first.id, second.id}
+    assert [p.name for p in (await agent.people(decomposed)).people] == [composed]
+    for name in (composed, decomposed):
+        listed = await agent.list(people=[name])
+        assert {m.id for m in listed.memories} == {first.id, second.id}, name
+
+
 async def test_people_forgets_a_deleted_memory(agent: AgentMemory) -> None:
     only = await agent.add("event", "Cy joined", related_people=["Cy"])
     both = await agent.add("event", "Cy and Di left", related_people=["Cy", "Di"])

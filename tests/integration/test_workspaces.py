@@ -120,6 +120,25 @@ async def test_workspace_names_are_exact_and_checked(bus: MemoryBus) -> None:
     assert names == {"Alpha", "alpha"}
 
 
+async def test_a_name_written_composed_or_decomposed_is_one_name(bus: MemoryBus) -> None:
+    composed, decomposed = "Caf\u00e9", "Cafe\u0301"
+    await bus.create_workspace(decomposed, **WS)
+    with pytest.raises(Conflict, match="already exists"):
+        await bus.create_workspace(composed, **WS)
+    assert (await bus.load_workspace(composed)).name == composed
+    assert [w.name for w in (await bus.list_workspaces()).data] == [composed]
+
+    mem, other = bus.agent(workspace=decomposed), bus.agent(workspace=composed)
+    await other.create_state("R\u00e9sum\u00e9", **STATE)
+    with pytest.raises(Conflict):
+        await mem.create_state("Re\u0301sume\u0301", **STATE)
+    state = await mem.load_state("Re\u0301sume\u0301")
+    assert (state.workspace, state.name) == (composed, "R\u00e9sum\u00e9")
+    added = await mem.add("knowledge", "the espresso machine is on floor two")
+    found = await other.list(types=["knowledge"])
+    assert [m.id for m in found.memories] == [added.id]
+
+
 # --------------------------------------------------------------------------- states
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import unicodedata
 from datetime import UTC, datetime
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 
 from contracts import limits
 from contracts.messages import (
+    NAME_FIELDS,
     REQUEST_TYPES,
     AddReply,
     AddRequest,
@@ -415,3 +417,73 @@ def test_invalid_namespaces(ns: str) -> None:
 
 def test_namespace_with_trailing_newline_is_invalid() -> None:
     assert is_valid_namespace("acme\n") is False
+
+
+_NFD, _NFC = "Cafe\u0301 Jose\u0301", "Caf\u00e9 Jos\u00e9"
+_NOW = "2026-01-01T00:00:00Z"
+# A body of each operation that names something, every name written decomposed (NFD).
+_NAMED: dict[str, dict[str, object]] = {
+    "add": {"type": "knowledge", "content": "x", "workspace": _NFD, "related_people": [_NFD]},
+    "search": {"query": "x", "workspace": _NFD, "people": [_NFD]},
+    "describe": {"workspace": _NFD},
+    "list": {"workspace": _NFD, "people": [_NFD]},
+    "recall": {"message": "x", "session_id": "s1", "workspace": _NFD, "people": [_NFD]},
+    "people": {"query": _NFD},
+    "create_workspace": {"name": _NFD, "description": "d", "root_folder": "/", "purpose": "p"},
+    "load_workspace": {"name": _NFD},
+    "update_workspace": {"name": _NFD, "description": "d"},
+    "archive_workspace": {"name": _NFD},
+    "create_state": {
+        "workspace": _NFD,
+        "name": _NFD,
+        "conversation_context": "c",
+        "active_task": "t",
+        "active_files": [],
+        "next_steps": [],
+    },
+    "list_states": {"workspace": _NFD},
+    "load_state": {"workspace": _NFD, "name": _NFD},
+    "archive_state": {"workspace": _NFD, "name": _NFD},
+    "capture": {"tool": "t", "workspace": _NFD},
+    "import": {
+        "memories": [
+            {
+                "id": "m1",
+                "type": "fact",
+                "content": "x",
+                "created_at": _NOW,
+                "workspace": _NFD,
+                "related_people": [_NFD],
+            }
+        ]
+    },
+}
+
+
+def _names(value: object) -> list[str]:
+    """Every string under a name field of a decoded message."""
+    out: list[str] = []
+    if isinstance(value, msgspec.Struct):
+        for field in value.__struct_fields__:
+            item = getattr(value, field)
+            if field in (*NAME_FIELDS, "query") and item is not None:
+                out += item if isinstance(item, list) else [item]
+            elif isinstance(item, list):
+                for part in item:
+                    out += _names(part)
+    return out
+
+
+def test_every_request_field_that_names_something_is_nfc() -> None:
+    # Each request type with a name field is covered, and decodes every name to NFC.
+    named = {
+        op
+        for op, cls in REQUEST_TYPES.items()
+        if set(cls.__struct_fields__) & set(NAME_FIELDS) or op in ("import", "people")
+    }
+    assert named == set(_NAMED)
+    for op, body in _NAMED.items():
+        decoded = msgspec.json.decode(msgspec.json.encode(body), type=REQUEST_TYPES[op])
+        names = _names(decoded)
+        assert names and all(n == unicodedata.normalize("NFC", n) for n in names), (op, names)
+        assert _NFC in names, (op, names)
