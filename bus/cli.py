@@ -13,6 +13,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -73,6 +74,35 @@ DEFAULT_URL = "nats://127.0.0.1:4222"
 IMPORT_BATCH_BYTES = 192 * 1024
 
 
+# What stored text must never send to a terminal: C0 controls but newline and tab (ESC
+# starts CSI and OSC sequences: clear the screen, set the window title), DEL, the C1
+# controls (0x9b is a one-byte CSI for some terminals), and the bidirectional overrides and
+# isolates that make text read in another order than it is stored.
+_UNSAFE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def _visible(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def shown(value: object) -> str:
+    """Any text from the bus as Rich prints it literally: control and bidi characters as
+    visible escapes (`\\x1b`, `\\u202e`), Rich markup as plain brackets."""
+    return escape(_UNSAFE.sub(_visible, str(value)))
+
+
+def _json_unsafe(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04x}"
+
+
+def json_text(data: bytes) -> str:
+    """JSON from the bus as a terminal may show it: the same JSON, with every character
+    `shown` would escape written as a JSON escape (inside strings, the only place JSON
+    holds them raw), so it decodes to the same values."""
+    return _UNSAFE.sub(_json_unsafe, data.decode())
+
+
 def _scope(value: str) -> Literal["both", "workflow", "general"]:
     if value not in ("both", "workflow", "general"):
         raise typer.BadParameter("scope is one of: both, workflow, general")
@@ -84,7 +114,7 @@ def _run(work: Callable[[], Coroutine[Any, Any, T]]) -> T:
     try:
         return asyncio.run(work())
     except BusError as exc:
-        err.print(f"[red]error[/] ({exc.code}): {escape(exc.message)}")
+        err.print(f"[red]error[/] ({shown(exc.code)}): {shown(exc.message)}")
         raise typer.Exit(1) from None
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
@@ -110,7 +140,10 @@ async def _bus(url: str, namespace: str, timeout: float = 10.0) -> AsyncIterator
 
 
 def _print_json(reply: Any) -> None:
-    out.print_json(msgspec.json.encode(reply).decode(), highlight=False)
+    # Written as it is, not through Rich: Rich would decode and re-encode it, writing
+    # control and bidi characters raw again.
+    out.file.write(json_text(msgspec.json.format(msgspec.json.encode(reply), indent=2)) + "\n")
+    out.file.flush()
 
 
 def _when(value: datetime | None) -> str:
@@ -133,11 +166,11 @@ def _memory_table(memories: Iterable[Memory], title: str) -> Table:
         table.add_column(name, overflow="fold" if name == "id" else "ellipsis")
     for m in rows:
         cells = [
-            m.id,
-            m.type,
-            escape(_short(m.content)),
-            escape(", ".join(m.tags)),
-            m.workflow_id or "(general)",
+            shown(m.id),
+            shown(m.type),
+            shown(_short(m.content)),
+            shown(", ".join(m.tags)),
+            shown(m.workflow_id or "(general)"),
             _when(m.created_at),
         ]
         if scored:
@@ -147,7 +180,7 @@ def _memory_table(memories: Iterable[Memory], title: str) -> Table:
 
 
 def _record_table(m: Memory) -> Table:
-    table = Table(show_header=False, title=f"memory {m.id}", title_justify="left")
+    table = Table(show_header=False, title=f"memory {shown(m.id)}", title_justify="left")
     table.add_column(style="bold")
     table.add_column(overflow="fold")
     for name, value in msgspec.structs.asdict(m).items():
@@ -157,7 +190,7 @@ def _record_table(m: Memory) -> Table:
             value = _when(value)
         elif isinstance(value, list | dict):
             value = json.dumps(value, ensure_ascii=False)
-        table.add_row(name, escape(str(value)))
+        table.add_row(name, shown(value))
     return table
 
 
@@ -217,12 +250,12 @@ def add(
     if as_json:
         _print_json(reply)
     elif durable:
-        out.print(f"accepted by JetStream: request {reply.request_id} (seq {reply.seq})")
+        out.print(f"accepted by JetStream: request {shown(reply.request_id)} (seq {reply.seq})")
     elif reply.duplicate_of:
-        out.print(f"repeat of {reply.id}: mentioned {reply.mention_count} times")
+        out.print(f"repeat of {shown(reply.id)}: mentioned {reply.mention_count} times")
     else:
         expiry = _when(reply.expires_at) if reply.expires_at else "never"
-        out.print(f"added {reply.id} (importance {reply.importance}, expires {expiry})")
+        out.print(f"added {shown(reply.id)} (importance {reply.importance}, expires {expiry})")
 
 
 @app.command()
@@ -255,7 +288,7 @@ def search(
     if as_json:
         _print_json(reply)
         return
-    out.print(_memory_table(reply.results, f"{len(reply.results)} results ({reply.mode})"))
+    out.print(_memory_table(reply.results, f"{len(reply.results)} results ({shown(reply.mode)})"))
 
 
 def _describe_table(d: DescribeReply) -> Table:
@@ -263,12 +296,13 @@ def _describe_table(d: DescribeReply) -> Table:
     table.add_column(style="bold")
     table.add_column()
     table.add_row("memories", str(d.total))
-    table.add_row("by type", ", ".join(f"{t}: {n}" for t, n in sorted(d.by_type.items())) or "-")
+    by_type = ", ".join(f"{t}: {n}" for t, n in sorted(d.by_type.items()))
+    table.add_row("by type", shown(by_type) or "-")
     table.add_row("workflow / general", f"{d.workflow_count} / {d.general_count}")
     tags = ", ".join(d.tags[:30]) + (" …" if len(d.tags) > 30 or d.tags_truncated else "")
-    table.add_row("tags", escape(tags) or "-")
+    table.add_row("tags", shown(tags) or "-")
     table.add_row("oldest / newest", f"{_when(d.oldest)} / {_when(d.newest)}")
-    table.add_row("embedder", f"{d.embedder} ({d.dimension} dims)")
+    table.add_row("embedder", f"{shown(d.embedder)} ({d.dimension} dims)")
     return table
 
 
@@ -338,7 +372,7 @@ def get(
     for m in reply.memories:
         out.print(_record_table(m))
     if reply.missing:
-        err.print(f"[yellow]not found:[/] {escape(', '.join(reply.missing))}")
+        err.print(f"[yellow]not found:[/] {shown(', '.join(reply.missing))}")
         raise typer.Exit(1)
 
 
@@ -368,11 +402,15 @@ def recall(
     for name in ("path", "score", "id", "type", "content"):
         table.add_column(name)
     for m in reply.results:
-        table.add_row(m.path, f"{m.score:.3f}", m.id, m.type, escape(_short(m.content, 60)))
+        content = shown(_short(m.content, 60))
+        table.add_row(shown(m.path), f"{m.score:.3f}", shown(m.id), shown(m.type), content)
     out.print(table)
     left = reply.left_out_recalled + reply.left_out_similar
     if left:
-        out.print(f"left out: {reply.left_out_recalled} recalled lately, {reply.left_out_similar}")
+        out.print(
+            f"left out: {reply.left_out_recalled} recalled lately,"
+            f" {reply.left_out_similar} too similar to one given"
+        )
 
 
 @app.command()
@@ -392,12 +430,13 @@ def history(
     if as_json:
         _print_json(reply)
         return
-    table = Table(title=f"history of {reply.id}", title_justify="left")
+    table = Table(title=f"history of {shown(reply.id)}", title_justify="left")
     for name in ("at", "event", "agent", "session", "changes"):
         table.add_column(name)
     for e in reply.entries:
         changes = "; ".join(f"{k}: {c.old!r} → {c.new!r}" for k, c in e.changes.items())
-        table.add_row(_when(e.at), e.event, e.agent_id or "-", e.session_id or "-", escape(changes))
+        who, session = shown(e.agent_id or "-"), shown(e.session_id or "-")
+        table.add_row(_when(e.at), shown(e.event), who, session, shown(changes))
     out.print(table)
 
 
@@ -424,15 +463,14 @@ def timeline(
     if as_json:
         _print_json(reply)
         return
-    table = Table(title=f"timeline around {id}", title_justify="left")
+    table = Table(title=f"timeline around {shown(id)}", title_justify="left")
     for name in ("", "created", "id", "type", "content"):
         table.add_column(name)
     for i, m in enumerate(reply.memories):
         mark = "▶" if i == reply.anchor_index else ""
         style = "bold" if i == reply.anchor_index else None
-        table.add_row(
-            mark, _when(m.created_at), m.id, m.type, escape(_short(m.content, 60)), style=style
-        )
+        content = shown(_short(m.content, 60))
+        table.add_row(mark, _when(m.created_at), shown(m.id), shown(m.type), content, style=style)
     out.print(table)
 
 
@@ -443,11 +481,11 @@ def event_line(event: Event) -> str:
     """One event as a line of Rich markup: time, action (coloured), type, where, preview."""
     style = _ACTION_STYLE.get(event.action, "cyan")
     where = event.workflow_id or "(general)"
-    who = f" by {escape(event.agent_id)}" if event.agent_id else ""
+    who = f" by {shown(event.agent_id)}" if event.agent_id else ""
     return (
-        f"[dim]{event.at.strftime('%H:%M:%S')}[/] [{style}]{event.action:<7}[/]"
-        f" [bold]{escape(event.type)}[/] {escape(where)}{who} [dim]{event.id}[/]"
-        f"  {escape(_short(event.preview, 80))}"
+        f"[dim]{event.at.strftime('%H:%M:%S')}[/] [{style}]{shown(event.action):<7}[/]"
+        f" [bold]{shown(event.type)}[/] {shown(where)}{who} [dim]{shown(event.id)}[/]"
+        f"  {shown(_short(event.preview, 80))}"
     )
 
 
@@ -466,11 +504,11 @@ def tail(
     async def work() -> None:
         async with _bus(nats_url, namespace) as bus:
             stream = await bus.subscribe(workflow, general=general, type=type, action=action)
-            err.print(f"[dim]following {stream.subject} (Ctrl-C stops)[/]")
+            err.print(f"[dim]following {shown(stream.subject)} (Ctrl-C stops)[/]")
             async with stream:
                 async for event in stream:
                     if as_json:
-                        print(msgspec.json.encode(event).decode(), flush=True)
+                        print(json_text(msgspec.json.encode(event)), flush=True)
                     else:
                         out.print(event_line(event))
 
@@ -509,7 +547,8 @@ def export_(
                 with _progress() as bar:
                     task = bar.add_task(f"export {namespace}", total=total)
                     async for page in bus.export(embeddings=embeddings):
-                        sink.write(b"".join(msgspec.json.encode(m) + b"\n" for m in page))
+                        lines = (json_text(msgspec.json.encode(m)) + "\n" for m in page)
+                        sink.write("".join(lines).encode())
                         written += len(page)
                         bar.update(task, completed=written, total=max(total, written))
                 sink.flush()
@@ -560,17 +599,23 @@ async def _has_stream(bus: MemoryBus) -> bool:
         return False
 
 
+async def _readable(bus: MemoryBus, ids: list[str]) -> set[str]:
+    """Which of these memories are live now (read without counting an access)."""
+    found: set[str] = set()
+    for start in range(0, len(ids), limits.MAX_IDS):
+        page = await bus.export_page(ids=ids[start : start + limits.MAX_IDS])
+        found.update(m.id for m in page.memories)
+        found.update(page.pending)
+    return found
+
+
 async def _applied(bus: MemoryBus, ids: list[str], timeout_s: float) -> list[str]:
     """Wait until these memories are readable (a durable import is applied shortly after
     JetStream has it); the ids still missing at the deadline."""
     deadline = time.monotonic() + timeout_s
     missing = ids
     while missing and time.monotonic() < deadline:
-        found: set[str] = set()
-        for start in range(0, len(missing), limits.MAX_IDS):
-            page = await bus.export_page(ids=missing[start : start + limits.MAX_IDS])
-            found.update(m.id for m in page.memories)
-            found.update(page.pending)
+        found = await _readable(bus, missing)
         missing = [mid for mid in missing if mid not in found]
         if missing:
             await asyncio.sleep(0.2)
@@ -593,8 +638,13 @@ def import_(
         memories = read_export(file)
         batches = _batches(memories)
         created = existing = 0
+        now = datetime.now().astimezone()
+        live = [m.id for m in memories if m.expires_at is None or m.expires_at > now]
         async with _bus(nats_url, namespace, timeout=30.0) as bus:
             use_stream = await _has_stream(bus) if durable is None else durable
+            if use_stream:  # JetStream's ack says nothing of them: count them before
+                existing = len(await _readable(bus, live))
+                created = len(live) - existing
             rejected: list[RejectedEvent] = []
             sub = None
             if use_stream:
@@ -617,8 +667,6 @@ def import_(
                     bar.advance(task, len(batch))
                 if use_stream:
                     bar.update(task, description="applying")
-                    now = datetime.now().astimezone()
-                    live = [m.id for m in memories if m.expires_at is None or m.expires_at > now]
                     missing = await _applied(bus, live, timeout_s=60.0)
                     if sub is not None:
                         await sub.unsubscribe()
@@ -633,10 +681,14 @@ def import_(
         return created, existing, len(memories), use_stream
 
     created, existing, total, durable_used = _run(work)
-    if durable_used:
-        err.print(f"imported {total} memories into {namespace} through JetStream (all applied)")
-    else:
-        err.print(f"imported {total} memories: {created} created, {existing} already there")
+    expired = total - created - existing
+    how = " through JetStream" if durable_used else ""
+    err.print(
+        f"{created} imported into {shown(namespace)}{how}, {existing} already there"
+        + (f", {expired} expired (left out)" if expired else "")
+        + f" ({total} in the file)",
+        soft_wrap=True,
+    )
 
 
 async def service_stats(nc: nats.NATS, wait_s: float = 0.5) -> list[dict[str, Any]]:
@@ -675,7 +727,7 @@ def stats(
 
     found = _run(work)
     if as_json:
-        out.print_json(json.dumps(found), highlight=False)
+        _print_json(found)
         return
     if not found:
         err.print("[yellow]no handler answered[/]: start them (membus up) or check --nats-url")
@@ -693,12 +745,12 @@ def stats(
         top = sorted(endpoints, key=lambda e: -e.get("num_requests", 0))[:3]
         busiest = ", ".join(f"{e['name']} {e['num_requests']}" for e in top if e["num_requests"])
         table.add_row(
-            inst.get("id", "?"),
-            inst.get("version", "?"),
-            str(inst.get("started", ""))[:19].replace("T", " "),
+            shown(inst.get("id", "?")),
+            shown(inst.get("version", "?")),
+            shown(str(inst.get("started", ""))[:19].replace("T", " ")),
             str(requests),
             str(errors),
-            busiest or "-",
+            shown(busiest or "-"),
         )
     out.print(table)
 

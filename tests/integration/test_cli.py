@@ -138,11 +138,12 @@ async def test_export_then_import_keeps_ids_times_and_ttls_and_twice_is_once(
     assert before[ids[1]]["expires_at"] is not None and before[ids[0]]["expires_at"] is None
 
     target = f"{ns}copy"
-    for attempt in range(2):  # through JetStream (the stream exists): idempotent
+    for attempt, told in enumerate(("130 imported", "0 imported")):  # idempotent
         args = ["import", str(tmp_path / "a.jsonl"), "--nats-url", servers.nats_url, "-n", target]
         result = await asyncio.to_thread(invoke, args)
         assert result.exit_code == 0, (attempt, result.stderr, result.exception)
-        assert "through JetStream (all applied)" in result.stderr
+        assert f"{told} into {target} through JetStream" in result.stderr, result.stderr
+        assert f"{130 - int(told.split()[0])} already there" in result.stderr
     after = await _exported(servers, target, tmp_path / "b.jsonl")
     assert after == before
 
@@ -166,7 +167,42 @@ async def test_export_then_import_keeps_ids_times_and_ttls_and_twice_is_once(
         {"MEMBUS_NATS_URL": servers.nats_url, "MEMBUS_NAMESPACE": plain},
     )
     assert first == "" and second.exit_code == 0
-    assert "0 created, 130 already there" in second.stderr
+    assert "0 imported" in second.stderr and "130 already there" in second.stderr
+
+
+# Stored text that would drive a terminal: set the window title, clear the screen, a C1 CSI,
+# a bidi override that reverses what follows, and Rich markup.
+HOSTILE = "x \x1b]0;pwned\x07\x1b[2J\x9b31m \u202egnp.exe [bold red]loud[/] [link=http://e]y[/link]"
+UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+async def test_stored_text_never_drives_the_terminal(servers: Servers, ns: str) -> None:
+    async with await MemoryBus.connect(servers.nats_url, namespace=ns) as bus:
+        mem = bus.agent(workflow_id="wf1", agent_id="evil\x1b[2J", session_id="s1")
+        added = await mem.add("knowledge", HOSTILE, related_people=["Eve\x1b]0;t\x07"])
+        await mem.update(added.id, content=HOSTILE + " again")
+    mid = added.id
+    outputs = [
+        await acli(servers, ns, "list", "-w", "wf1"),
+        await acli(servers, ns, "search", "pwned loud", "-w", "wf1"),
+        await acli(servers, ns, "get", mid),
+        await acli(servers, ns, "history", mid),
+        await acli(servers, ns, "timeline", mid, "-w", "wf1"),
+        await acli(servers, ns, "recall", "pwned loud", "-s", "s2", "-w", "wf1"),
+        await acli(servers, ns, "describe", "-w", "wf1"),
+    ]
+    for args in (["list", "-w", "wf1"], ["get", mid], ["history", mid]):
+        outputs.append(await acli(servers, ns, *args, "--json"))
+    for text in outputs:
+        assert not UNSAFE.search(text), repr(text)
+    table = "\n".join(outputs[:6])
+    # Shown, visibly escaped, never interpreted; markup printed as typed.
+    assert "\\x1b]0;pwned\\x07" in table and "\\u202e" in table
+    assert "[bold red]loud[/]" in outputs[2] and "evil\\x1b[2J" in outputs[3]
+    # The JSON is the same JSON: the stored text comes back exactly.
+    got = json.loads(outputs[8])
+    assert got["memories"][0]["content"] == HOSTILE + " again"
+    assert got["memories"][0]["related_people"] == ["Eve\x1b]0;t\x07"]
 
 
 def test_import_refuses_a_broken_file_before_sending_anything(
@@ -229,9 +265,15 @@ async def test_tail_follows_events_live_in_a_terminal_until_ctrl_c(
             reply = await mem.add("decision", "Ship the tail command on Friday")
             await bus.agent(workflow_id="wf2").add("decision", "Not in the followed workflow")
             await mem.delete([reply.id])
-        screen = await _wait_for_screen(session, rf"deleted .*{reply.id}")
+            await mem.add("decision", HOSTILE)
+        screen = await _wait_for_screen(session, r"pwned")
         assert re.search(rf"added\s+decision wf1 by alice {reply.id}\s+Ship the tail", screen)
+        assert re.search(rf"deleted .*{reply.id}", screen)
         assert "Not in the followed workflow" not in screen
+        # Stored text is shown escaped: the title is not set, the screen not cleared.
+        assert "\\x1b]0;pwned\\x07" in screen and "[bold red]loud[/]" in screen
+        title = await _tmux("display-message", "-p", "-t", session, "#{pane_title}")
+        assert "pwned" not in title
         # Colours: the action is styled (Rich writes ANSI escapes in a terminal).
         coloured = await _tmux("capture-pane", "-p", "-e", "-t", session)
         assert "\x1b[32madded" in coloured or "\x1b[32m" in coloured
