@@ -719,11 +719,9 @@ def stats(
     """Every handler instance's micro stats: requests and errors, the busiest endpoints."""
 
     async def work() -> list[dict[str, Any]]:
-        nc = await nats.connect(nats_url, connect_timeout=5, max_reconnect_attempts=0)
-        try:
-            return await service_stats(nc, wait)
-        finally:
-            await nc.close()
+        # Through the bus's own connect: a server that is not there is one clear error.
+        async with _bus(nats_url, DEFAULT_NAMESPACE) as bus:
+            return await service_stats(bus.nc, wait)
 
     found = _run(work)
     if as_json:

@@ -11,6 +11,7 @@ from typing import Any, Literal, TypeVar, overload
 
 import msgspec
 import nats
+import structlog
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.errors import NoRespondersError
@@ -176,6 +177,25 @@ def _sending(
     return _send_span(op, subject, namespace, kind, {} if headers is None else headers)
 
 
+log = structlog.get_logger("membus.client")
+
+
+class _ConnectErrors:
+    """The error callback of a connection: nats-py's default logs a traceback for every
+    failed attempt. Before the first connection the last error goes into the one message
+    that `connect` raises; after it, each error is one log line."""
+
+    def __init__(self) -> None:
+        self.last = ""
+        self.connected = False
+
+    async def seen(self, exc: Exception) -> None:
+        if self.connected:
+            log.warning("nats.error", error=f"{type(exc).__name__}: {exc}")
+        else:
+            self.last = f"{type(exc).__name__}: {exc}"
+
+
 class MemoryBus:
     """A connection to the memory bus for one namespace."""
 
@@ -226,13 +246,17 @@ class MemoryBus:
             return cls(nc, namespace, timeout, owns=False, trust=trust)
         # With unlimited reconnects nats-py also retries the first connect for ever.
         nats_options.setdefault("max_reconnect_attempts", -1)
+        errors = _ConnectErrors()
+        nats_options.setdefault("error_cb", errors.seen)
         try:
             client = await asyncio.wait_for(nats.connect(url, **nats_options), connect_within)
         except TimeoutError:
+            why = f" ({errors.last})" if errors.last else ""
             raise Unavailable(
-                f"NATS at {url} did not answer within {connect_within}s: start it (make up)"
-                " or point the client at the right server."
+                f"NATS at {url} did not answer within {connect_within}s{why}: start it"
+                " (make up) or point the client at the right server."
             ) from None
+        errors.connected = True
         return cls(client, namespace, timeout, owns=True, trust=trust)
 
     async def close(self) -> None:

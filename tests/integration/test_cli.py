@@ -14,6 +14,7 @@ import os
 import re
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -309,3 +310,28 @@ def test_up_starts_the_embedded_bus_and_stops_it_on_ctrl_c(tmp_path: Path) -> No
         os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C reaches the whole process group
         rest = proc.communicate(timeout=60)[0]
     assert "stopped: handlers, Redis Stack, NATS" in rest
+
+
+def test_a_wrong_nats_url_is_one_clear_line_not_a_traceback() -> None:
+    # A port nothing listens on: bound, then closed.
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        url = f"nats://127.0.0.1:{sock.getsockname()[1]}"
+    commands = [["list"], ["stats"], ["tail"], ["add", "fact", "hello"]]
+    procs = [
+        subprocess.Popen(
+            [MEMBUS, *args, "--nats-url", url],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for args in commands
+    ]
+    for args, proc in zip(commands, procs, strict=True):
+        stdout, stderr = proc.communicate(timeout=60)
+        said = " ".join(stderr.split())  # Rich wraps the line at the terminal's width
+        assert proc.returncode == 1, (args, stdout, stderr)
+        assert "Traceback" not in stderr and "Traceback" not in stdout, (args, stderr)
+        assert f"NATS at {url} did not answer" in said, (args, stderr)
+        assert "Connect call failed" in said, (args, stderr)  # the reason, once
+        assert said.count("Connect call failed") == 1, (args, stderr)
