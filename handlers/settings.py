@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import msgspec
+import structlog
 
 from contracts.messages import Fusion, SearchMode
 from contracts.types import DEFAULT_TYPES, TypeTable, decode_type_table
-from handlers.embed import EmbedderName, minilm_available
+from handlers.embed import EmbedderName, minilm_missing
 
 Weight = Annotated[float, msgspec.Meta(ge=0.0)]
 
@@ -44,7 +45,12 @@ class SettingsError(ValueError):
 
 
 def _default_embedder() -> EmbedderName:
-    return "minilm" if minilm_available() else "hash"
+    missing = minilm_missing()
+    if missing is None:
+        return "minilm"
+    # Said once at start: an install that meant to have minilm learns what it lacks.
+    structlog.get_logger("membus.embedders").info("embedder.default_hash", minilm_needs=missing)
+    return "hash"
 
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

