@@ -202,9 +202,12 @@ def up(
     handlers: Annotated[int, typer.Option(help="Handler processes.")] = 2,
     demo: Annotated[bool, typer.Option(help="Run the short demo first.")] = True,
     data_dir: Annotated[Path, typer.Option(help="Data and logs.")] = Path(".membus"),
+    nats_port: Annotated[int, typer.Option(help="0: any free port.")] = 4222,
+    redis_port: Annotated[int, typer.Option(help="0: any free port.")] = 6379,
 ) -> None:
     """Start the embedded bus (NATS, Redis Stack, handlers), as `make up`; Ctrl-C stops it."""
     args = [sys.executable, "-m", "deploy", "up", "--handlers", str(handlers)]
+    args += ["--nats-port", str(nats_port), "--redis-port", str(redis_port)]
     args += ["--data-dir", str(data_dir)] + ([] if demo else ["--no-demo"])
     child = subprocess.Popen(args)
     try:

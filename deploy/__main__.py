@@ -7,21 +7,35 @@ import argparse
 import asyncio
 import contextlib
 import signal
-import socket
 import sys
+import time
+from collections import deque
 from pathlib import Path
 
 from deploy.demo import run_demo
-from deploy.embedded import EmbeddedError, EmbeddedStack, free_port, wait_for_handlers
+from deploy.embedded import EmbeddedError, EmbeddedStack, claim_port, wait_for_handlers
+
+# More restarts than this within the window is a crash loop: stop rather than spin.
+MAX_RESTARTS = 5
+RESTART_WINDOW_S = 60.0
 
 
-def _port(preferred: int) -> int:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", preferred))
-            return preferred
-        except OSError:
-            return free_port()
+def supervise(stack: EmbeddedStack, every_s: float = 1.0) -> None:
+    """Until Ctrl-C or SIGTERM: restart any child that exits, saying which and where its log
+    is; an EmbeddedError when they keep exiting."""
+    restarts: deque[float] = deque()
+    while True:
+        time.sleep(every_s)
+        for line in stack.revive():
+            print(line, flush=True)
+            restarts.append(time.monotonic())
+        while restarts and restarts[0] < time.monotonic() - RESTART_WINDOW_S:
+            restarts.popleft()
+        if len(restarts) > MAX_RESTARTS:
+            raise EmbeddedError(
+                f"{len(restarts)} restarts within {RESTART_WINDOW_S:.0f}s: stopping the bus"
+                f" (logs in {stack.log_dir})"
+            )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,19 +44,23 @@ def main(argv: list[str] | None = None) -> int:
     up = sub.add_parser("up", help="start the embedded bus")
     up.add_argument("--handlers", type=int, default=2, help="handler processes (default 2)")
     up.add_argument("--data-dir", type=Path, default=Path(".membus"), help="data and logs")
-    up.add_argument("--nats-port", type=int, default=4222)
-    up.add_argument("--redis-port", type=int, default=6379)
+    up.add_argument("--nats-port", type=int, default=4222, help="0: any free port")
+    up.add_argument("--redis-port", type=int, default=6379, help="0: any free port")
     up.add_argument("--no-demo", action="store_true", help="skip the demo")
     up.add_argument("--demo-only", action="store_true", help="stop everything after the demo")
     args = parser.parse_args(argv)
 
-    stack = EmbeddedStack(
-        data_dir=args.data_dir.resolve(),
-        nats_port=_port(args.nats_port),
-        redis_port=_port(args.redis_port),
-        persist=True,
-        log_dir=args.data_dir.resolve() / "logs",
-    )
+    try:
+        stack = EmbeddedStack(
+            data_dir=args.data_dir.resolve(),
+            nats_port=claim_port(args.nats_port, "--nats-port"),
+            redis_port=claim_port(args.redis_port, "--redis-port"),
+            persist=True,
+            log_dir=args.data_dir.resolve() / "logs",
+        )
+    except EmbeddedError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     try:
         stack.start_servers()
         print(f"NATS        {stack.nats_url}  (JetStream on, fsync per write)")
@@ -65,9 +83,10 @@ def main(argv: list[str] | None = None) -> int:
             f"Look inside (with MEMBUS_NATS_URL={stack.nats_url} set): membus describe -n demo,"
             " membus tail -n demo, membus ui -n demo (then http://127.0.0.1:8484/)"
         )
+        print("Watching NATS, Redis Stack and the handlers: any that exits is restarted.")
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
         with contextlib.suppress(KeyboardInterrupt):
-            signal.pause()
+            supervise(stack)
         return 0
     except EmbeddedError as exc:
         print(f"error: {exc}", file=sys.stderr)

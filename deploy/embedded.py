@@ -66,6 +66,24 @@ def redis_modules() -> list[Path]:
     return mods
 
 
+def claim_port(port: int, flag: str) -> int:
+    """`port` if a server can listen on it, else an EmbeddedError naming it; 0 picks a free one.
+    Bound with SO_REUSEADDR, as nats-server and valkey bind: a port whose last connections
+    are still closing (TIME_WAIT after a Ctrl-C) is free for them."""
+    if port == 0:
+        return free_port()
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError as exc:
+            raise EmbeddedError(
+                f"port {port} is taken ({exc.strerror}): another bus may still be running"
+                f" (stop it), or choose another port with {flag} (0: any free port)"
+            ) from None
+    return port
+
+
 def wait_port(port: int, proc: subprocess.Popen[bytes], what: str, timeout: float = 15.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -198,15 +216,45 @@ class EmbeddedStack:
     ) -> list[subprocess.Popen[bytes]]:
         started = []
         for _ in range(count):
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "handlers"],
-                env=self.handler_env(env),
-                stdout=subprocess.DEVNULL,
-                stderr=self._log(f"handler-{len(self.handlers) + 1}"),
-            )
+            proc = self._start_handler(len(self.handlers) + 1, env)
             self.handlers.append(proc)
             started.append(proc)
         return started
+
+    def _start_handler(self, number: int, env: dict[str, str] | None) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            [sys.executable, "-m", "handlers"],
+            env=self.handler_env(env),
+            stdout=subprocess.DEVNULL,
+            stderr=self._log(f"handler-{number}"),
+        )
+
+    def log_path(self, name: str) -> str:
+        return str(self.log_dir / f"{name}.log") if self.log_dir else "(no log kept)"
+
+    def revive(self, env: dict[str, str] | None = None) -> list[str]:
+        """Restart every child that has exited, servers first (same ports and data), and say
+        what happened to each: one line naming it, its exit code and its log."""
+        said = []
+        for name, what, start in (
+            ("nats", "NATS", self.start_nats),
+            ("redis", "Redis Stack", self.start_redis),
+        ):
+            proc = self.servers.get(name)
+            if proc is not None and proc.poll() is not None:
+                said.append(
+                    f"{what} exited with code {proc.returncode} (log: {self.log_path(name)});"
+                    " restarting it"
+                )
+                start()
+        for i, proc in enumerate(self.handlers):
+            if proc.poll() is not None:
+                said.append(
+                    f"handler {i + 1} exited with code {proc.returncode}"
+                    f" (log: {self.log_path(f'handler-{i + 1}')}); restarting it"
+                )
+                self.handlers[i] = self._start_handler(i + 1, env)
+        return said
 
     def stop_handler(self, proc: subprocess.Popen[bytes], timeout: float = 15.0) -> int:
         if proc.poll() is None:

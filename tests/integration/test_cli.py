@@ -287,7 +287,8 @@ async def test_tail_follows_events_live_in_a_terminal_until_ctrl_c(
 
 def test_up_starts_the_embedded_bus_and_stops_it_on_ctrl_c(tmp_path: Path) -> None:
     proc = subprocess.Popen(
-        [MEMBUS, "up", "--no-demo", "--handlers", "1", "--data-dir", str(tmp_path)],
+        [MEMBUS, "up", "--no-demo", "--handlers", "1", "--data-dir", str(tmp_path)]
+        + ["--nats-port", "0", "--redis-port", "0"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
