@@ -40,7 +40,7 @@ from contracts.messages import (
 from contracts.subjects import event_subject
 from contracts.types import STATE_TYPE
 from handlers.errors import Conflict, InvalidRequest, NotFound, TooLarge
-from handlers.ops.checks import check_content, check_object, type_config
+from handlers.ops.checks import check_no_nul, check_object, type_config
 from handlers.ops.clock import expires_ms, ms_to_dt
 from handlers.ops.deps import Deps
 from handlers.ops.events import publish_event
@@ -204,6 +204,35 @@ def state_content(req: CreateStateRequest) -> str:
     return "\n".join(lines)
 
 
+def check_state_texts(req: CreateStateRequest, content: str) -> None:
+    """A state's searchable text is all its fields together: an error names the fields."""
+    texts: dict[str, list[str]] = {
+        "conversation_context": [req.conversation_context],
+        "active_task": [req.active_task],
+        "description": [req.description or ""],
+        "next_steps": req.next_steps,
+        "active_files": req.active_files,
+    }
+    check_no_nul(**texts)
+    size = len(content.encode())
+    if size <= limits.MAX_CONTENT_BYTES:
+        return
+    sizes = {name: sum(len(t.encode()) for t in values) for name, values in texts.items()}
+    # The fields that matter: the largest, and the next if it is a fair share too.
+    ranked = sorted(sizes, key=lambda n: -sizes[n])
+    largest = [n for n in ranked[:2] if sizes[n] * 4 >= sizes[ranked[0]]]
+
+    def said(name: str) -> str:
+        items = f" in {len(texts[name])} items" if name in ("next_steps", "active_files") else ""
+        return f"`{name}` {sizes[name]:,} bytes{items}"
+
+    raise TooLarge(
+        f"The state's text (all its fields together) is {size:,} bytes; the limit is"
+        f" {limits.MAX_CONTENT_BYTES:,} (32 KiB). Most of it: {', '.join(map(said, largest))}."
+        " Shorten them, or keep the details in memories of their own and name them here."
+    )
+
+
 class _StateFields(msgspec.Struct, kw_only=True, omit_defaults=True):
     """A state's own fields, kept in its memory's `metadata` under `state`."""
 
@@ -224,13 +253,7 @@ _state_metadata = msgspec.json.Decoder(_StateMetadata)
 async def create_state(ns: str, req: CreateStateRequest, deps: Deps) -> OkReply:
     cfg = type_config(deps.settings.types, STATE_TYPE)
     content = state_content(req)
-    try:
-        check_content(content)
-    except TooLarge as exc:
-        raise TooLarge(
-            f"{exc.message} (a state's content is all its texts together: shorten"
-            " `conversation_context`)"
-        ) from None
+    check_state_texts(req, content)
     vec = await request_vector(ns, deps, text=content)
     now = deps.clock()
     fields = _StateFields(

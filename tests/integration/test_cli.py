@@ -31,6 +31,7 @@ from bus.cli import app
 
 pytestmark = pytest.mark.usefixtures("handlers")
 MEMBUS = str(Path(sys.executable).with_name("membus"))
+ANY_PORTS = ("--nats-port", "0", "--redis-port", "0")
 
 
 def cli(servers: Servers, ns: str, *args: str, code: int = 0) -> str:
@@ -287,8 +288,7 @@ async def test_tail_follows_events_live_in_a_terminal_until_ctrl_c(
 
 def test_up_starts_the_embedded_bus_and_stops_it_on_ctrl_c(tmp_path: Path) -> None:
     proc = subprocess.Popen(
-        [MEMBUS, "up", "--no-demo", "--handlers", "1", "--data-dir", str(tmp_path)]
-        + ["--nats-port", "0", "--redis-port", "0"],
+        [MEMBUS, "up", "--no-demo", "--handlers", "1", "--data-dir", str(tmp_path), *ANY_PORTS],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

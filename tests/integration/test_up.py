@@ -5,6 +5,7 @@ Each test starts the real command as a process, with its own data directory.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import re
@@ -133,10 +134,8 @@ def test_up_restarts_a_server_or_handler_that_exits_and_says_so(tmp_path: Path) 
         up.wait_for(r"Watching NATS, Redis Stack and the handlers")
         client = redis.Redis.from_url(redis_url)
         closing.append(client)
-        try:
+        with contextlib.suppress(redis.ConnectionError):  # it closes the connection as it goes
             client.shutdown(nosave=True)
-        except redis.ConnectionError:
-            pass  # the server closes the connection as it goes
         said = up.wait_for(r"Redis Stack exited with code (\S+) \(log: (\S+)\); restarting it")
         assert Path(said.group(2)).name == "redis.log"
         deadline = time.monotonic() + 30

@@ -269,6 +269,13 @@ async def test_create_state_checks_its_fields(bus: MemoryBus, alpha: AgentMemory
     assert getattr(err.value, "code", None) == "too_large"
     with pytest.raises(NotFound):  # nothing half-written: the name was not claimed
         await alpha.load_state("Huge")
+    # Long steps: the error names them, not the short conversation_context.
+    steps = {**STATE, "next_steps": [f"step {i} " + "z" * 1_010 for i in range(32)]}
+    with pytest.raises(Exception, match=r"`next_steps` 32,\d+ bytes in 32 items") as err:
+        await alpha.create_state("Huge", **steps)
+    assert getattr(err.value, "code", None) == "too_large"
+    assert "conversation_context" not in str(err.value), err.value
+    assert "`content`" not in str(err.value), err.value
     await alpha.create_state("Huge", **STATE)
 
 
