@@ -299,6 +299,8 @@ def _describe_table(d: DescribeReply) -> Table:
     table.add_column(style="bold")
     table.add_column()
     table.add_row("memories", str(d.total))
+    # list and search leave these out: say so, or the two totals seem to disagree.
+    table.add_row("superseded", f"{d.superseded_count} (left out of list and search)")
     by_type = ", ".join(f"{t}: {n}" for t, n in sorted(d.by_type.items()))
     table.add_row("by type", shown(by_type) or "-")
     table.add_row("workflow / general", f"{d.workflow_count} / {d.general_count}")

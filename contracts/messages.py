@@ -705,6 +705,9 @@ class DescribeReply(Reply, kw_only=True):
     newest: datetime | None
     embedder: str
     dimension: int
+    # Of `total`, the memories a newer one superseded: `list`, `search`, `recall` and
+    # `timeline` leave them out unless `include_superseded`, so their totals can be lower.
+    superseded_count: int = 0
     # More distinct tags than `limits.MAX_DESCRIBE_TAGS` (the first ones, sorted, are listed).
     tags_truncated: bool = False
 

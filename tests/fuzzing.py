@@ -25,6 +25,7 @@ A generated input is one of three kinds:
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import time
@@ -760,6 +761,60 @@ def _fixups(op: str, pool: Pool) -> Callable[[st.DrawFn, dict[str, Any]], None]:
                         memory[counter] = draw(st.sampled_from(EDGE_COUNTS))
 
     return fix
+
+
+def _tame(memory: dict[str, Any], new_id: str) -> None:
+    """Keep of a drawn import memory only the fields an import accepts each on its own (the
+    contract, then the checks an add makes), over a valid id, type, content and time: what
+    is left is accepted, drawn values and all."""
+    from contracts.messages import ImportedMemory
+    from handlers.dispatch import nesting_depth
+    from handlers.errors import HandlerError
+    from handlers.ops.checks import check_content, check_metadata, check_narrative, check_no_nul
+
+    def accepted(candidate: dict[str, Any]) -> bool:
+        try:
+            m = msgspec.json.decode(msgspec.json.encode(candidate), type=ImportedMemory)
+            check_narrative(m.narrative)
+            check_no_nul(title=m.title, narrative=m.narrative, facts=m.facts)
+            check_content(m.content)
+            check_metadata(m.metadata)
+        except (msgspec.ValidationError, msgspec.EncodeError, UnicodeEncodeError, HandlerError):
+            return False
+        return True
+
+    base = {"id": new_id, "type": "knowledge", "content": "fuzz memory text"}
+    base["created_at"] = "2024-01-01T00:00:00Z"
+    if accepted({**base, "created_at": memory.get("created_at")}):
+        base["created_at"] = memory["created_at"]
+    fields = {k: v for k, v in memory.items() if k not in base or k == "content"}
+    memory.clear()
+    memory.update(base)
+    for name, value in fields.items():
+        if name == "embedding":
+            continue  # a vector would need the namespace's dimension
+        if name == "metadata" and nesting_depth(msgspec.json.encode(value)) > 8:
+            continue  # (drawn values may be JSON text of their own: measured as sent)
+        if accepted({**base, name: value}):
+            # A copy: a drawn value can be shared with later draws, which may nest it deeper.
+            memory[name] = copy.deepcopy(value)
+
+
+def tame_import_bodies(pool: Pool) -> SearchStrategy[dict[str, Any]]:
+    """Import bodies drawn from the schema whose memories (one or two) keep only what the
+    contract and the handlers accept: every one of them must be imported."""
+
+    schema_bodies = valid_bodies("import", pool)
+
+    @st.composite
+    def tamed(draw: st.DrawFn) -> dict[str, Any]:
+        body = draw(schema_bodies)
+        drawn = [m for m in body.get("memories") or [] if isinstance(m, dict)][:2] or [{}]
+        for i, memory in enumerate(drawn):
+            _tame(memory, draw(st.from_regex(r"[0-9A-Za-z_-]{1,60}", fullmatch=True)) + str(i))
+        return {"memories": drawn}
+
+    return tamed()
 
 
 @lru_cache(maxsize=256)

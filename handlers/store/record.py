@@ -125,6 +125,8 @@ class TypeGroup(msgspec.Struct, kw_only=True):
     newest: float
     # The earliest expiry among them (until when a cached summary stays exact).
     expiry: float = float("inf")
+    # "1" for the group of superseded memories (see record.supersede_fields).
+    superseded: str | None = None
 
     def tag_set(self) -> set[str]:
         return {t for raw in self.tags for t in raw.split(",") if t}

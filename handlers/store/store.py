@@ -691,7 +691,7 @@ class Store:
             req = (
                 AggregateRequest(str(space.confine(where)))
                 .group_by(
-                    ["@type", "@general"],
+                    ["@type", "@general", "@superseded"],
                     reducers.count().alias("n"),
                     reducers.tolist("@tags").alias("tags"),
                     reducers.min("@created_at").alias("oldest"),

@@ -38,6 +38,8 @@ class Overview(NamedTuple):
     tags: list[str]  # sorted
     general_count: int
     workflow_count: int
+    # Of the memories counted, those a newer one superseded (lists and searches leave them out).
+    superseded_count: int
     oldest: int | None
     newest: int | None
     # The earliest expiry among them: until then, without a write, this stays exact.
@@ -47,8 +49,10 @@ class Overview(NamedTuple):
     def of(cls, groups: list[TypeGroup]) -> Overview:
         by_type: dict[str, int] = {}
         tags: set[str] = set()
-        general = workflow = 0
+        general = workflow = superseded = 0
         for g in groups:
+            if g.superseded == "1":
+                superseded += g.n
             by_type[g.type] = by_type.get(g.type, 0) + g.n
             if g.general:
                 general += g.n
@@ -60,6 +64,7 @@ class Overview(NamedTuple):
             tags=sorted(tags),
             general_count=general,
             workflow_count=workflow,
+            superseded_count=superseded,
             oldest=min((int(g.oldest) for g in groups), default=None),
             newest=max((int(g.newest) for g in groups), default=None),
             until_ms=min((g.expiry for g in groups), default=float("inf")),

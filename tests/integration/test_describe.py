@@ -41,6 +41,22 @@ async def test_every_write_shows_in_the_next_describe(wf123: AgentMemory) -> Non
     assert (await wf123.describe()).total == 2
 
 
+async def test_superseding_shows_in_superseded_count_and_lists_leave_those_out(
+    wf123: AgentMemory,
+) -> None:
+    old = await wf123.add("decision", "Keep sessions in Redis")
+    await wf123.add("fact", "Sessions last 30 minutes")
+    before = await wf123.describe()
+    assert (before.total, before.superseded_count) == (2, 0)
+    await wf123.add("decision", "Keep sessions in Postgres", supersedes=[old.id])
+    after = await wf123.describe()
+    assert (after.total, after.superseded_count) == (3, 1)
+    assert after.by_type == {"decision": 2, "fact": 1}
+    listed = await wf123.list()
+    assert listed.total == after.total - after.superseded_count
+    assert (await wf123.list(include_superseded=True)).total == after.total
+
+
 async def test_an_expiry_shows_without_any_write(wf123: AgentMemory) -> None:
     await wf123.add("knowledge", "short lived", ttl_s=1)
     await wf123.add("knowledge", "long lived")

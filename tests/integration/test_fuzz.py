@@ -228,17 +228,18 @@ _READS: tuple[tuple[str, dict[str, object]], ...] = (
 async def test_what_an_import_accepts_every_read_serves(in_process: InProcess, ns: str) -> None:
     pool = await fuzzing.seed_pool(ns, in_process.deps)
     deps = in_process.deps
-    bodies = fuzzing.draw(fuzzing.valid_bodies("import", pool), 60, seed=20)
+    # Hostile bodies (ids, times, counters at the edges): refused or accepted, never internal;
+    # tame ones (drawn fields the contract accepts): every one imported.
+    hostile = fuzzing.draw(fuzzing.valid_bodies("import", pool), 40, seed=20)
+    tame = fuzzing.draw(fuzzing.tame_import_bodies(pool), 30, seed=21)
     imported: list[str] = []
-    refused: list[str] = []
-    for body in bodies:
+    for body in [*hostile, *tame]:
         _, error = await dispatch("import", f"mem.{ns}.import", _body(body), deps)
         if error is None:
             imported += [m["id"] for m in body["memories"]]
         else:
             assert error.code != "internal", (error.message, body)
-            refused.append(f"{error.code}: {error.message[:160]}")
-    assert imported, f"no generated import was accepted: {refused[:8]}"
+            assert body not in tame, (error.message, body)
     by_id = [("get", {"ids": imported[:100]})]
     for mid in imported:
         by_id += [("timeline", {"anchor": mid}), ("history", {"id": mid})]

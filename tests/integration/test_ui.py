@@ -213,7 +213,7 @@ async def test_list_filters_and_a_workspace_with_a_state(
     await page.goto(f"{ui.url}/?workflow=wf_ui")
     listed = page.get_by_test_id("memory-list").get_by_test_id("memory-item")
     await expect(listed).to_have_count(4)  # the state is a (general) memory too
-    await expect(page.get_by_test_id("list-count")).to_have_text("4 total")
+    await expect(page.get_by_test_id("list-count")).to_have_text("4 current")
 
     await page.get_by_test_id("type-filter").select_option("decision")
     await expect(listed).to_have_count(1)
@@ -235,6 +235,24 @@ async def test_list_filters_and_a_workspace_with_a_state(
     await state_box.get_by_role("button", name="open its memory").click()
     await expect(page.get_by_test_id("detail-id")).to_have_text(saved.id)
     await expect(page.get_by_test_id("detail-type")).to_have_text("state")
+
+
+async def test_the_overview_and_the_list_say_what_their_counts_count(
+    bus: MemoryBus, ui: RunningUI, page: Page
+) -> None:
+    mem = bus.agent(workflow_id="wf_counts", agent_id="architect")
+    old = await mem.add("decision", "Keep sessions in Redis")
+    await mem.add("fact", "Sessions last 30 minutes")
+    await mem.add("decision", "Keep sessions in Postgres", supersedes=[old.id])
+
+    await page.goto(f"{ui.url}/?workflow=wf_counts")
+    await expect(page.get_by_test_id("stat-total")).to_have_text("3")
+    await expect(page.get_by_test_id("stat-superseded")).to_have_text(
+        "1 superseded, left out of the list"
+    )
+    await expect(page.get_by_test_id("list-count")).to_have_text("2 current")
+    await page.get_by_test_id("superseded").check()
+    await expect(page.get_by_test_id("list-count")).to_have_text("3 total, superseded included")
 
 
 async def test_errors_are_json_and_the_page_shows_them(

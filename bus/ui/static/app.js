@@ -184,6 +184,11 @@
   async function loadOverview() {
     const d = await api("/api/describe", scopeParams());
     $("stat-total").textContent = String(d.total);
+    // The list leaves superseded memories out (unless asked): name them, so that its
+    // total and this one visibly count different things.
+    $("stat-superseded").textContent = d.superseded_count
+      ? `${d.superseded_count} superseded, left out of the list`
+      : "";
     $("stat-workflow").textContent = String(d.workflow_count);
     $("stat-general").textContent = String(d.general_count);
     $("stat-oldest").textContent = fmt(d.oldest);
@@ -257,7 +262,9 @@
     const list = clear($("memory-list"));
     list.append(...reply.memories.map((m) => memoryItem(m)));
     if (!reply.memories.length) list.append(el("li", { className: "empty" }, "Nothing here."));
-    $("list-count").textContent = `${reply.total} total`;
+    $("list-count").textContent = view.superseded
+      ? `${reply.total} total, superseded included`
+      : `${reply.total} current`;
     const last = view.offset + reply.count;
     $("page-info").textContent = reply.count ? `${view.offset + 1}–${last} of ${reply.total}` : "";
     $("page-prev").disabled = view.offset === 0;
