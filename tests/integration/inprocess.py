@@ -1,8 +1,10 @@
 """A stand-in for the NATS client under `MemoryBus`: requests run `dispatch()` in this process.
 
-The SDK only calls `request()` for operations; that is answered here exactly as a handler
+The SDK calls `request()` for operations; that is answered here exactly as a handler
 answers it (reply body, and the micro error headers on an error), so the same tests hold
-through either path. Everything else (subscribe, publish, inboxes) goes to a real connection.
+through either path. A `publish()` to an operation's subject runs it too, its reply
+dropped, as a handler does with a request that has no reply subject. Everything else
+(subscribe, other publishes, inboxes) goes to a real connection.
 """
 
 from __future__ import annotations
@@ -45,6 +47,20 @@ class InProcess:
         if error is not None:
             headers = {ERROR_HEADER: error.message, ERROR_CODE_HEADER: error.status}
         return Msg(_client=self.nc, subject=subject, data=body, headers=headers)
+
+    async def publish(
+        self,
+        subject: str,
+        payload: bytes = b"",
+        reply: str = "",
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        parsed = parse_request_subject(subject)
+        if parsed is None or parsed[1] not in OPERATIONS or reply:
+            await self.nc.publish(subject, payload, reply=reply, headers=headers)
+            return
+        await dispatch(parsed[1], subject, payload, self.deps, headers=headers)
+        await self.deps.store.settle()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.nc, name)

@@ -116,6 +116,7 @@ async def test_durable_writes_keep_the_callers_trust(bus: MemoryBus) -> None:
     assert rejected.code == "forbidden"
 
 
+@pytest.mark.processes  # a stack of its own
 async def test_writes_wait_out_a_redis_outage_and_a_redelivered_write_is_not_applied_twice() -> (
     None
 ):

@@ -43,6 +43,10 @@ from contracts.messages import Memory
 from contracts.subjects import DURABLE_CONSUMER, DURABLE_STREAM
 from deploy.embedded import EmbeddedStack, wait_for_handlers
 
+# Each test starts servers or handler processes of its own.
+pytestmark = pytest.mark.processes
+
+
 TYPE = "decision"  # workflow-scoped and permanent: nothing expires during a test
 HANDLER_ENV = {"MEMBUS_EMBEDDER": "hash"}
 LOG_DIR = Path(os.environ.get("MEMBUS_TEST_LOG_DIR", ".membus/test-logs")) / "faults"

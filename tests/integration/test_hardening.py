@@ -95,6 +95,7 @@ async def test_hundreds_of_concurrent_semantic_dedup_adds_all_succeed(bus: Memor
     assert (await mem.describe()).total == len({r.id for r in results})  # type: ignore[union-attr]
 
 
+@pytest.mark.processes  # a stack of its own
 async def test_overload_is_answered_busy_before_the_callers_timeout() -> None:
     # One handler that runs 2 requests at once and lets 4 wait 0.2 s: a burst of 300
     # searches is answered, some `unavailable` ("busy"), none left to the caller's timeout.
@@ -118,6 +119,7 @@ async def test_overload_is_answered_busy_before_the_callers_timeout() -> None:
             await bus.close()
 
 
+@pytest.mark.processes  # a stack of its own
 async def test_idle_pooled_connections_survive_a_redis_restart() -> None:
     # redis-py's synchronous Retry was given to the asyncio pool, which ignored it: each idle
     # connection failed one request after Redis came back (126 of 200 gets `unavailable`).

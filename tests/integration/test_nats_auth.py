@@ -37,6 +37,10 @@ from deploy.nats_auth import (
     write,
 )
 
+# Each test starts servers or handler processes of its own.
+pytestmark = pytest.mark.processes
+
+
 LOG_DIR = Path(os.environ.get("MEMBUS_TEST_LOG_DIR", ".membus/test-logs")) / "nats-auth"
 AGENTS = [
     Agent("alice", "acme", "full"),

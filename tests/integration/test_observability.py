@@ -42,6 +42,10 @@ from handlers.service import serve
 from handlers.settings import load_settings
 from handlers.tracing import handler_tracer
 
+# Each test starts servers or handler processes of its own.
+pytestmark = pytest.mark.processes
+
+
 REDIS_SCOPE = "opentelemetry.instrumentation.redis"
 
 # ---------------------------------------------------------------------------------------

@@ -17,6 +17,9 @@ from deploy.embedded import EmbeddedStack
 from handlers.embed.cache import CachedEmbedder
 from handlers.embed.openai_api import OpenAIEmbedder
 
+# Each test starts servers or handler processes of its own.
+pytestmark = pytest.mark.processes
+
 
 @pytest.fixture
 def server() -> Iterator[EmbeddingServer]:

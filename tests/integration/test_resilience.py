@@ -18,6 +18,9 @@ from stacks import private_stack
 from bus import BusError, MemoryBus, Unavailable
 from deploy.embedded import EmbeddedStack, wait_for_handlers
 
+# Each test starts servers or handler processes of its own.
+pytestmark = pytest.mark.processes
+
 
 @pytest.fixture
 async def own_stack() -> AsyncIterator[EmbeddedStack]:

@@ -22,6 +22,9 @@ import redis
 
 from deploy.embedded import EmbeddedError, claim_port, free_port
 
+# Each test starts servers or handler processes of its own.
+pytestmark = pytest.mark.processes
+
 
 class Up:
     """One `deploy up` process; its output lines as they come."""

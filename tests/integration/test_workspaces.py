@@ -202,9 +202,9 @@ async def test_state_names_are_unique_forever_and_archive_hides_them(
         ("Goals-v2", None),
     ]
 
-    assert await raw(
-        bus, "archive_state", {"workspace": "Project Alpha", "name": "Goals"}
-    ) == {"success": True}
+    assert await raw(bus, "archive_state", {"workspace": "Project Alpha", "name": "Goals"}) == {
+        "success": True
+    }
     await alpha.archive_state("Goals")  # archiving twice is no error
     assert [s.name for s in (await alpha.list_states()).data] == ["Goals-v2"]
     everything = (await alpha.list_states(include_archived=True)).data
@@ -327,7 +327,6 @@ async def test_memories_in_a_workspace_and_the_workspace_filter(bus: MemoryBus) 
         assert outside.id not in {r.id for r in recalled.results}
 
 
-
 async def test_search_memory_the_seed_way(bus: MemoryBus, alpha: AgentMemory) -> None:
     """`search` with `types: [state, trace]` and a workspace is the seed's searchMemory."""
     await alpha.create_state("Auth", **STATE)
@@ -378,10 +377,7 @@ async def test_two_handlers_creating_one_name_leave_one(transport: str, bus: Mem
     assert sorted(ws) == ["conflict"] * 19 + ["ok"]
     mem = bus.agent(workspace="Shared")
     states = await outcomes(
-        [
-            mem.create_state("Checkpoint", **{**STATE, "active_task": f"task {i}"})
-            for i in range(20)
-        ]
+        [mem.create_state("Checkpoint", **{**STATE, "active_task": f"task {i}"}) for i in range(20)]
     )
     assert sorted(states) == ["conflict"] * 19 + ["ok"]
     assert [w.name for w in (await bus.list_workspaces()).data] == ["Shared"]
@@ -433,9 +429,7 @@ async def test_lists_always_send_the_description(bus: MemoryBus, alpha: AgentMem
     await alpha.create_state("Plain", **STATE)
     await alpha.create_state("Described", **STATE, description="why")
     await alpha.archive_state("Described")
-    reply = await raw(
-        bus, "list_states", {"workspace": "Project Alpha", "include_archived": True}
-    )
+    reply = await raw(bus, "list_states", {"workspace": "Project Alpha", "include_archived": True})
     assert reply == {
         "success": True,
         "data": [
