@@ -2,7 +2,7 @@
 
 Nothing goes to prometheus_client's default registry, so several handlers (or tests) in one
 process never collide. Names and labels are a contract: dashboards (deploy/grafana) and the
-README's "Metrics and traces" table use them as they are.
+"Metrics and traces" table of docs/operations.md use them as they are.
 
 Only the wiring builds a `Metrics` (when MEMBUS_METRICS_PORT is set); the request path calls
 it through `Deps.metrics`, None when metrics are off, so they then cost nothing.

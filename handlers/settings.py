@@ -91,7 +91,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     history_after_delete_s: Annotated[int, msgspec.Meta(ge=1)] = 30 * 24 * 3600
     # With many small namespaces: a new namespace shares the pool index of small namespaces
     # until it holds this many memories, then gets an index of its own. 0 (the default):
-    # every namespace has its own from the start (see README, "Many namespaces").
+    # every namespace has its own from the start (see docs/benchmarks.md, "Many namespaces").
     pool_max: Annotated[int, msgspec.Meta(ge=0)] = 0
     log_level: str = "info"
     # The HTTP port of /metrics (Prometheus), /healthz and /readyz; 0: none. Needs the
