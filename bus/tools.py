@@ -31,7 +31,8 @@ from nats.errors import Error as NatsError
 from bus.client import MemoryBus
 from bus.errors import BusTimeout, Unavailable
 from contracts import limits
-from contracts.messages import NAME_PATTERN, REQUEST_TYPES, SESSION_ID_PATTERN, Request
+from contracts.messages import NAME_PATTERN, SESSION_ID_PATTERN, Request
+from contracts.operations import REQUEST_TYPES
 from contracts.subjects import WORKFLOW_ID_PATTERN
 from contracts.types import DAY_S, DEFAULT_TYPES, STATE_TYPE, TRACE_TYPE, TypeTable
 

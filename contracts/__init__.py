@@ -3,7 +3,6 @@
 from contracts import limits
 from contracts.messages import (
     ERROR_CODES,
-    REQUEST_TYPES,
     AddReply,
     AddRequest,
     ArchiveStateRequest,
@@ -59,12 +58,15 @@ from contracts.messages import (
     Workspace,
     WorkspaceReply,
 )
+from contracts.operations import OPERATIONS, REQUEST_TYPES, TABLE, Operation
 from contracts.types import DEFAULT_TYPES, TypeConfig, TypeTable
 
 __all__ = [
     "DEFAULT_TYPES",
     "ERROR_CODES",
+    "OPERATIONS",
     "REQUEST_TYPES",
+    "TABLE",
     "AddReply",
     "AddRequest",
     "ArchiveStateRequest",
@@ -99,6 +101,7 @@ __all__ = [
     "Memory",
     "NamedItem",
     "OkReply",
+    "Operation",
     "PeopleReply",
     "PeopleRequest",
     "Person",

@@ -558,33 +558,6 @@ class ImportRequest(Request, kw_only=True):
     ]
 
 
-REQUEST_TYPES: dict[str, type[Request]] = {
-    "add": AddRequest,
-    "search": SearchRequest,
-    "describe": DescribeRequest,
-    "list": ListRequest,
-    "get": GetRequest,
-    "delete": DeleteRequest,
-    "clear_by_type": ClearByTypeRequest,
-    "update": UpdateRequest,
-    "history": HistoryRequest,
-    "recall": RecallRequest,
-    "timeline": TimelineRequest,
-    "people": PeopleRequest,
-    "create_workspace": CreateWorkspaceRequest,
-    "list_workspaces": ListWorkspacesRequest,
-    "load_workspace": LoadWorkspaceRequest,
-    "update_workspace": UpdateWorkspaceRequest,
-    "archive_workspace": ArchiveWorkspaceRequest,
-    "create_state": CreateStateRequest,
-    "list_states": ListStatesRequest,
-    "load_state": LoadStateRequest,
-    "archive_state": ArchiveStateRequest,
-    "capture": CaptureRequest,
-    "export": ExportRequest,
-    "import": ImportRequest,
-}
-
 # --------------------------------------------------------------------------- records
 
 

@@ -1,5 +1,6 @@
 """Subject names: `mem.<ns>.<op>[.<trust>]` for requests (`memq.` for durable writes),
-`mem.<ns>.events.<scope>.<type>.<action>` for events; and what each trust level may see."""
+`mem.<ns>.events.<scope>.<type>.<action>` for events; and what each trust level may see.
+The operations themselves, and which may be durable, are in `contracts.operations`."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ PREFIX = "mem"
 DURABLE_PREFIX = "memq"
 DURABLE_STREAM = "MEMBUS_WRITES"
 DURABLE_CONSUMER = "membus-handlers"
-DURABLE_OPERATIONS = ("add", "update", "delete", "capture", "import")
 SERVICE_NAME = "memory"
 QUEUE_GROUP = "memory"
 DEFAULT_NAMESPACE = "default"
@@ -20,39 +20,6 @@ GENERAL_SCOPE_TOKEN = "_general"
 NAMESPACE_PATTERN = r"^[A-Za-z0-9_-]{1,64}\Z"
 WORKFLOW_ID_PATTERN = r"^[A-Za-z0-9_-]{1,128}\Z"
 _NAMESPACE_RE = re.compile(NAMESPACE_PATTERN)
-
-# Workspaces and states: a full-trust agent's own working set (forbidden below full trust).
-WORKSPACE_OPERATIONS: tuple[str, ...] = (
-    "create_workspace",
-    "list_workspaces",
-    "load_workspace",
-    "update_workspace",
-    "archive_workspace",
-    "create_state",
-    "list_states",
-    "load_state",
-    "archive_state",
-)
-# Export and import: a whole namespace, every store (forbidden below full trust).
-TRANSFER_OPERATIONS: tuple[str, ...] = ("export", "import")
-OPERATIONS: tuple[str, ...] = (
-    "add",
-    "search",
-    "describe",
-    "list",
-    "get",
-    "delete",
-    "clear_by_type",
-    "update",
-    "history",
-    "recall",
-    "timeline",
-    "people",
-    *WORKSPACE_OPERATIONS,
-    "capture",
-    *TRANSFER_OPERATIONS,
-)
-
 
 # Trust comes from the subject (PROTOCOL "Trust and stores"): no suffix is `full`.
 FULL_TRUST = "full"

@@ -40,7 +40,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from contracts.subjects import DURABLE_OPERATIONS, TRANSFER_OPERATIONS
+from contracts.operations import DURABLE_OPERATIONS, FULL_TRUST_OPERATIONS
 
 TRUSTS = ("full", "inner", "familiar", "public")
 # A namespace is `[A-Za-z0-9_-]{1,64}` (PROTOCOL.md, "Transport"); agent and user names are held
@@ -98,7 +98,9 @@ def agent_permissions(agent: Agent) -> dict[str, Any]:
         publish = [f"mem.{ns}.*.{trust}"]
         # Export and import need full trust: no durable import below it.
         publish += [
-            f"memq.{ns}.{op}.{trust}" for op in DURABLE_OPERATIONS if op not in TRANSFER_OPERATIONS
+            f"memq.{ns}.{op}.{trust}"
+            for op in DURABLE_OPERATIONS
+            if op not in FULL_TRUST_OPERATIONS
         ]
         subscribe = [f"{agent.inbox_prefix}.>"]
     return {"publish": {"allow": publish}, "subscribe": {"allow": subscribe}}

@@ -15,6 +15,7 @@ import msgspec.inspect as mi
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from contracts import messages as m
+from contracts.operations import TABLE
 
 DOC = Path(__file__).with_name("protocol.md")
 BEGIN = "<!-- generated from contracts/ by docs/gen_protocol.py: do not edit by hand -->"
@@ -23,60 +24,11 @@ END = "<!-- end of generated section -->"
 SECTIONS: list[tuple[str, list[type[msgspec.Struct]]]] = [
     (
         "Requests (strict: unknown fields are `invalid_request`)",
-        [
-            m.AddRequest,
-            m.SearchRequest,
-            m.DescribeRequest,
-            m.ListRequest,
-            m.GetRequest,
-            m.DeleteRequest,
-            m.ClearByTypeRequest,
-            m.UpdateRequest,
-            m.HistoryRequest,
-            m.RecallRequest,
-            m.TimelineRequest,
-            m.PeopleRequest,
-            m.CreateWorkspaceRequest,
-            m.ListWorkspacesRequest,
-            m.LoadWorkspaceRequest,
-            m.UpdateWorkspaceRequest,
-            m.ArchiveWorkspaceRequest,
-            m.CreateStateRequest,
-            m.ListStatesRequest,
-            m.LoadStateRequest,
-            m.ArchiveStateRequest,
-            m.CaptureRequest,
-            m.ExportRequest,
-            m.ImportRequest,
-            m.ImportedMemory,
-            m.Context,
-        ],
+        [*(op.request for op in TABLE), m.ImportedMemory, m.Context],
     ),
     (
         "Replies (read leniently: new fields may appear)",
-        [
-            m.AddReply,
-            m.SearchReply,
-            m.DescribeReply,
-            m.ListReply,
-            m.CompactListReply,
-            m.GetReply,
-            m.DeleteReply,
-            m.ClearByTypeReply,
-            m.UpdateReply,
-            m.HistoryReply,
-            m.RecallReply,
-            m.TimelineReply,
-            m.CompactTimelineReply,
-            m.PeopleReply,
-            m.OkReply,
-            m.ListDataReply,
-            m.WorkspaceReply,
-            m.StateReply,
-            m.ExportReply,
-            m.ImportReply,
-            m.ErrorReply,
-        ],
+        [*dict.fromkeys(reply for op in TABLE for reply in op.replies), m.ErrorReply],
     ),
     (
         "Records and events",
@@ -148,8 +100,27 @@ def render_default(f: mi.Field) -> str:
     return f"`{msgspec.json.encode(f.default).decode()}`"
 
 
+def render_operations() -> list[str]:
+    """One row per operation of contracts.operations.TABLE."""
+    out = ["### Operations", ""]
+    out += [
+        "Subjects `mem.<ns>.<operation>[.<trust>]`; durable ones also `memq.<ns>.<operation>`"
+        " (see Durable writes). Full trust only: refused as `forbidden` on a trust suffix.",
+        "",
+        "| operation | request | reply | durable | full trust only | trimmed to fit |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for op in TABLE:
+        replies = " or ".join(f"`{r.__name__}`" for r in op.replies)
+        durable, full = ("yes" if flag else "" for flag in (op.durable, op.full_trust_only))
+        trimmed = f"`{op.trimmed}`" if op.trimmed else ""
+        cells = [f"`{op.name}`", f"`{op.request.__name__}`", replies, durable, full, trimmed]
+        out.append("| " + " | ".join(cells) + " |")
+    return [*out, ""]
+
+
 def render() -> str:
-    out = [BEGIN, ""]
+    out = [BEGIN, "", *render_operations()]
     for title, structs in SECTIONS:
         out += [f"### {title}", ""]
         for cls in structs:

@@ -17,19 +17,18 @@ import structlog
 from opentelemetry import trace
 
 from contracts import limits
-from contracts.messages import NAME_PATTERN, REQUEST_TYPES, Context, ErrorReply, Request
+from contracts.messages import NAME_PATTERN, Context, ErrorReply, Request
+from contracts.operations import FULL_TRUST_OPERATIONS, REQUEST_TYPES
 from contracts.subjects import (
     FULL_TRUST,
     NAMESPACE_PATTERN,
     REDUCED_TRUST,
-    TRANSFER_OPERATIONS,
-    WORKSPACE_OPERATIONS,
     is_valid_namespace,
     parse_request_subject,
 )
 from handlers.errors import Forbidden, HandlerError, InvalidRequest, TooLarge
 from handlers.fit import fitted
-from handlers.ops import OPERATIONS, Deps
+from handlers.ops import HANDLERS, Deps
 from handlers.ops.checks import check_context
 from handlers.ops.deps import ACCESS, Access, DurableWrite
 from handlers.store.failures import as_unavailable, redis_error_kind
@@ -40,7 +39,7 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("membus.dispatch")
 
-FULL_TRUST_ONLY = frozenset(WORKSPACE_OPERATIONS + TRANSFER_OPERATIONS)
+FULL_TRUST_ONLY = frozenset(FULL_TRUST_OPERATIONS)
 _decoders = {op: msgspec.json.Decoder(cls) for op, cls in REQUEST_TYPES.items()}
 _encoder = msgspec.json.Encoder()
 _UNKNOWN_FIELD_RE = re.compile(r"unknown field `([^`]*)`")
@@ -292,7 +291,7 @@ async def _run(
             check_context(request.context)
             if request.context.session_id:
                 structlog.contextvars.bind_contextvars(session_id=request.context.session_id)
-        reply = await OPERATIONS[op](ns, request, deps)
+        reply = await HANDLERS[op](ns, request, deps)
         out = fitted(reply, deps.max_payload)
         count = _result_count(reply)
     except HandlerError as exc:
@@ -305,8 +304,7 @@ async def _run(
         else:
             log.exception("request.failed")
             error = HandlerError(
-                f"Internal error (correlation id {request_id}); the handler logs have the"
-                " details."
+                f"Internal error (correlation id {request_id}); the handler logs have the details."
             )
     if error is not None:
         out = error_body(error)

@@ -27,9 +27,9 @@ from nats.js import JetStreamContext, api
 from nats.js.errors import BadRequestError, NotFoundError, ServiceUnavailableError
 
 from contracts.messages import RejectedEvent
+from contracts.operations import DURABLE_OPERATIONS
 from contracts.subjects import (
     DURABLE_CONSUMER,
-    DURABLE_OPERATIONS,
     DURABLE_PREFIX,
     DURABLE_STREAM,
     is_valid_namespace,

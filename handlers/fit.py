@@ -8,32 +8,8 @@ from typing import Any
 
 import msgspec
 
-from contracts.messages import (
-    CompactListReply,
-    CompactTimelineReply,
-    GetReply,
-    HistoryReply,
-    ListDataReply,
-    ListReply,
-    PeopleReply,
-    RecallReply,
-    SearchReply,
-    TimelineReply,
-)
-
-# The list each trimmable reply may lose trailing items of.
-TRIMMABLE: dict[type[msgspec.Struct], str] = {
-    SearchReply: "results",
-    ListReply: "memories",
-    CompactListReply: "memories",
-    GetReply: "memories",
-    HistoryReply: "entries",
-    RecallReply: "results",
-    TimelineReply: "memories",
-    CompactTimelineReply: "memories",
-    PeopleReply: "people",
-    ListDataReply: "data",
-}
+# Which list of a reply may lose trailing items: `Operation.trimmed`.
+from contracts.operations import TRIMMED
 
 _encoder = msgspec.json.Encoder()
 
@@ -41,7 +17,7 @@ _encoder = msgspec.json.Encoder()
 def fitted(reply: msgspec.Struct, max_bytes: int) -> bytes:
     """The reply's JSON, trimmed to at most `max_bytes` where its type allows."""
     out = _encoder.encode(reply)
-    field = TRIMMABLE.get(type(reply))
+    field = TRIMMED.get(type(reply))
     if len(out) <= max_bytes or field is None:
         return out
     items: list[Any] = getattr(reply, field)

@@ -21,7 +21,8 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redisvl.extensions.cache.embeddings import EmbeddingsCache
 
-from contracts.subjects import OPERATIONS, QUEUE_GROUP, SERVICE_NAME, endpoint_subject
+from contracts.operations import OPERATIONS
+from contracts.subjects import QUEUE_GROUP, SERVICE_NAME, endpoint_subject
 from handlers import __version__
 from handlers.admission import Admission
 from handlers.dispatch import dispatch, error_body, shed

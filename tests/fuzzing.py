@@ -40,9 +40,9 @@ from hypothesis import strategies as st
 from hypothesis.strategies import SearchStrategy
 
 from contracts import limits
-from contracts.messages import ERROR_CODES, REQUEST_TYPES, SESSION_ID_PATTERN, TAG_PATTERN
+from contracts.messages import ERROR_CODES, SESSION_ID_PATTERN, TAG_PATTERN
+from contracts.operations import DURABLE_OPERATIONS, REQUEST_TYPES
 from contracts.subjects import (
-    DURABLE_OPERATIONS,
     DURABLE_PREFIX,
     PREFIX,
     REDUCED_TRUST,

@@ -18,6 +18,7 @@ from contracts import limits
 from contracts.messages import AddReply, AddRequest, CaptureRequest, clip
 from contracts.types import TRACE_TYPE
 from handlers.ops.deps import Deps
+from handlers.ops.registry import handles
 from handlers.ops.writes import add
 
 # Arguments whose values name files (seed 004: Coop's file hints).
@@ -57,6 +58,7 @@ def narrative(req: CaptureRequest) -> str:
     return f"Arguments: {args}\nOutput: {output}"
 
 
+@handles(CaptureRequest)
 async def capture(ns: str, req: CaptureRequest, deps: Deps) -> AddReply:
     tool = printable(req.tool)
     meta: dict[str, Any] = {"tool": tool, "error": req.error}

@@ -17,6 +17,7 @@ from handlers.errors import NotFound
 from handlers.ops.checks import check_types
 from handlers.ops.clock import ms_to_dt
 from handlers.ops.deps import Deps
+from handlers.ops.registry import handles
 from handlers.ops.replies import to_compact, to_memory
 from handlers.ops.scoping import read_scope
 from handlers.store.filters import ReadScope, Tag, read_filter
@@ -40,6 +41,7 @@ def _order(rec: Record) -> tuple[int, str]:
     return rec.created_at, rec.id
 
 
+@handles(TimelineRequest)
 async def timeline(
     ns: str, req: TimelineRequest, deps: Deps
 ) -> TimelineReply | CompactTimelineReply:
@@ -78,6 +80,7 @@ async def timeline(
     return CompactTimelineReply(memories=[to_compact(r) for r in window], anchor_index=len(before))
 
 
+@handles(PeopleRequest)
 async def people(ns: str, req: PeopleRequest, deps: Deps) -> PeopleReply:
     now = deps.clock()
     scope = read_scope(req.scope, req.workflow_id, stores=deps.access.stores)

@@ -13,6 +13,7 @@ from contracts.messages import Change, HistoryEntry, HistoryReply, HistoryReques
 from handlers.errors import NotFound
 from handlers.ops.clock import expiry_dt, ms_to_dt
 from handlers.ops.deps import Deps
+from handlers.ops.registry import handles
 from handlers.store.record import Entry, Record
 
 # Entries a history read returns at most (a memory mentioned ever so often has more).
@@ -53,6 +54,7 @@ def update_changes(old: Record, new: Record) -> dict[str, dict[str, Any]]:
     return changes
 
 
+@handles(HistoryRequest)
 async def history(ns: str, req: HistoryRequest, deps: Deps) -> HistoryReply:
     if deps.access.stores is not None:
         # Below full trust only a live memory in a visible store has a history to read (a

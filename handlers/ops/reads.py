@@ -16,12 +16,14 @@ from handlers.ops.budget import within
 from handlers.ops.checks import check_types
 from handlers.ops.clock import ms_to_dt
 from handlers.ops.deps import Deps
+from handlers.ops.registry import handles
 from handlers.ops.replies import to_compact, to_memory
 from handlers.ops.scoping import read_scope
 from handlers.store.filters import read_filter
 from handlers.store.record import Record, Summary
 
 
+@handles(DescribeRequest)
 async def describe(ns: str, req: DescribeRequest, deps: Deps) -> DescribeReply:
     scope = read_scope(req.scope, req.workflow_id, req.workspace, deps.access.stores)
     meta = await deps.store.meta(ns)
@@ -44,6 +46,7 @@ async def describe(ns: str, req: DescribeRequest, deps: Deps) -> DescribeReply:
     )
 
 
+@handles(ListRequest)
 async def list_(ns: str, req: ListRequest, deps: Deps) -> ListReply | CompactListReply:
     check_types(deps.settings.types, req.types)
     where = read_filter(
@@ -63,6 +66,7 @@ async def list_(ns: str, req: ListRequest, deps: Deps) -> ListReply | CompactLis
     return ListReply(count=len(memories), total=full.total, memories=memories)
 
 
+@handles(GetRequest)
 async def get(ns: str, req: GetRequest, deps: Deps) -> GetReply:
     unique = list(dict.fromkeys(req.ids))
     now = deps.clock()

@@ -24,6 +24,7 @@ from handlers.ops import ranking
 from handlers.ops.budget import fits_budget
 from handlers.ops.checks import check_types
 from handlers.ops.deps import Deps
+from handlers.ops.registry import handles
 from handlers.ops.replies import to_scored
 from handlers.ops.scoping import read_scope
 from handlers.ops.search import ranked_candidates
@@ -52,6 +53,7 @@ class Pick:
     text: float = 0.0
 
 
+@handles(RecallRequest)
 async def recall(ns: str, req: RecallRequest, deps: Deps) -> RecallReply:
     check_types(deps.settings.types, req.types)
     sid = req.session_id

@@ -16,6 +16,7 @@ from handlers.ops.budget import fits_budget
 from handlers.ops.checks import check_types
 from handlers.ops.clock import dt_to_ms
 from handlers.ops.deps import Deps
+from handlers.ops.registry import handles
 from handlers.ops.replies import to_scored
 from handlers.ops.scoping import read_scope
 from handlers.ops.terms import query_terms
@@ -56,6 +57,7 @@ def _cosine(query: np.ndarray, vec: np.ndarray) -> float:
     return float(np.dot(query, vec)) / denom if denom else 0.0
 
 
+@handles(SearchRequest)
 async def search(ns: str, req: SearchRequest, deps: Deps) -> SearchReply:
     now = deps.clock()
     found = await ranked_candidates(ns, req, deps, now)

@@ -28,6 +28,7 @@ from handlers.ops.checks import (
 from handlers.ops.clock import dt_to_ms
 from handlers.ops.deps import Deps
 from handlers.ops.events import publish_event
+from handlers.ops.registry import handles
 from handlers.ops.replies import to_exported
 from handlers.ops.vectors import embed_texts, given_vector
 from handlers.ops.writes import content_hash
@@ -38,6 +39,7 @@ _encoder = msgspec.json.Encoder()
 _REPLY_ROOM = 8 * 1024 + limits.MAX_EXPORT_LIMIT * (limits.MAX_ID_CHARS + 4)
 
 
+@handles(ExportRequest)
 async def export(ns: str, req: ExportRequest, deps: Deps) -> ExportReply:
     meta = await deps.store.meta(ns)
     now = deps.clock()
@@ -138,6 +140,7 @@ async def _vectors(
     return [v for v in out if v is not None]
 
 
+@handles(ImportRequest)
 async def import_(ns: str, req: ImportRequest, deps: Deps) -> ImportReply:
     now = deps.clock()
     reply = ImportReply()

@@ -45,6 +45,7 @@ from handlers.ops.clock import expires_ms, ms_to_dt
 from handlers.ops.deps import Deps
 from handlers.ops.events import publish_event
 from handlers.ops.history import entry
+from handlers.ops.registry import handles
 from handlers.ops.scoping import storage_workflow
 from handlers.ops.vectors import request_vector
 from handlers.store.ids import new_id
@@ -111,6 +112,7 @@ async def _workspace_event(deps: Deps, ns: str, action: str, ws: StoredWorkspace
 # --------------------------------------------------------------------------- workspaces
 
 
+@handles(CreateWorkspaceRequest)
 async def create_workspace(ns: str, req: CreateWorkspaceRequest, deps: Deps) -> OkReply:
     now = deps.clock()
     ws = StoredWorkspace(
@@ -139,10 +141,12 @@ async def create_workspace(ns: str, req: CreateWorkspaceRequest, deps: Deps) -> 
     return OkReply()
 
 
+@handles(ListWorkspacesRequest)
 async def list_workspaces(ns: str, req: ListWorkspacesRequest, deps: Deps) -> ListDataReply:
     return _listed(await deps.store.spaces.workspaces(ns), req.include_archived)
 
 
+@handles(LoadWorkspaceRequest)
 async def load_workspace(ns: str, req: LoadWorkspaceRequest, deps: Deps) -> WorkspaceReply:
     ws = await deps.store.spaces.workspace(ns, req.name)
     if ws is None:
@@ -173,6 +177,7 @@ async def _change_workspace(ns: str, name: str, fields: dict[str, Any], deps: De
             await _workspace_event(deps, ns, "updated", ws)
 
 
+@handles(UpdateWorkspaceRequest)
 async def update_workspace(ns: str, req: UpdateWorkspaceRequest, deps: Deps) -> OkReply:
     fields = {f: getattr(req, f) for f in WORKSPACE_FIELDS if getattr(req, f) is not None}
     if "preferences" in fields:
@@ -183,6 +188,7 @@ async def update_workspace(ns: str, req: UpdateWorkspaceRequest, deps: Deps) -> 
     return OkReply()
 
 
+@handles(ArchiveWorkspaceRequest)
 async def archive_workspace(ns: str, req: ArchiveWorkspaceRequest, deps: Deps) -> OkReply:
     await _change_workspace(ns, req.name, {"is_archived": True}, deps)
     return OkReply()
@@ -250,6 +256,7 @@ class _StateMetadata(msgspec.Struct):
 _state_metadata = msgspec.json.Decoder(_StateMetadata)
 
 
+@handles(CreateStateRequest)
 async def create_state(ns: str, req: CreateStateRequest, deps: Deps) -> OkReply:
     cfg = type_config(deps.settings.types, STATE_TYPE)
     content = state_content(req)
@@ -301,12 +308,14 @@ async def create_state(ns: str, req: CreateStateRequest, deps: Deps) -> OkReply:
     return OkReply()
 
 
+@handles(ListStatesRequest)
 async def list_states(ns: str, req: ListStatesRequest, deps: Deps) -> ListDataReply:
     with _in_workspace(req.workspace):
         states = await deps.store.spaces.states(ns, req.workspace)
     return _listed(states, req.include_archived)
 
 
+@handles(LoadStateRequest)
 async def load_state(ns: str, req: LoadStateRequest, deps: Deps) -> StateReply:
     with _in_workspace(req.workspace):
         claimed = await deps.store.spaces.state(ns, req.workspace, req.name)
@@ -335,6 +344,7 @@ async def load_state(ns: str, req: LoadStateRequest, deps: Deps) -> StateReply:
     )
 
 
+@handles(ArchiveStateRequest)
 async def archive_state(ns: str, req: ArchiveStateRequest, deps: Deps) -> OkReply:
     now = deps.clock()
     done = entry("updated", now, req, None, {"is_archived": {"old": False, "new": True}})

@@ -33,6 +33,7 @@ from handlers.ops.deps import Deps
 from handlers.ops.events import publish_event
 from handlers.ops.history import entry, update_changes
 from handlers.ops.ranking import similarity
+from handlers.ops.registry import handles
 from handlers.ops.scoping import storage_workflow
 from handlers.ops.vectors import request_vector
 from handlers.ops.workspaces import state_is_immutable, workspace_not_found
@@ -134,6 +135,7 @@ def target_store(req: AddRequest, deps: Deps) -> str:
     return store
 
 
+@handles(AddRequest)
 async def add(ns: str, req: AddRequest, deps: Deps) -> AddReply:
     if req.type == STATE_TYPE:
         raise InvalidRequest(
@@ -266,6 +268,7 @@ def _missing(ns: str, memory_id: str) -> NotFound:
     )
 
 
+@handles(UpdateRequest)
 async def update(ns: str, req: UpdateRequest, deps: Deps) -> UpdateReply:
     """Change a memory, one update of it at a time across handlers (each reads what the one
     before wrote, so content, vector and dedup key stay one). Durable updates take effect
@@ -359,6 +362,7 @@ async def _delete_and_announce(
     return len(ids) - len(missing), missing
 
 
+@handles(DeleteRequest)
 async def delete(ns: str, req: DeleteRequest, deps: Deps) -> DeleteReply:
     ids = list(dict.fromkeys(req.ids))
     unseen = await hidden(ns, ids, deps)
@@ -370,6 +374,7 @@ async def delete(ns: str, req: DeleteRequest, deps: Deps) -> DeleteReply:
     return DeleteReply(deleted=deleted, missing=[mid for mid in ids if mid in gone])
 
 
+@handles(ClearByTypeRequest)
 async def clear_by_type(ns: str, req: ClearByTypeRequest, deps: Deps) -> ClearByTypeReply:
     type_config(deps.settings.types, req.type)
     if req.type == STATE_TYPE:

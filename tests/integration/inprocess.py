@@ -16,7 +16,8 @@ from nats.aio.msg import Msg
 from nats.errors import NoRespondersError
 from nats.micro.request import ERROR_CODE_HEADER, ERROR_HEADER
 
-from contracts.subjects import OPERATIONS, parse_request_subject
+from contracts.operations import OPERATIONS
+from contracts.subjects import parse_request_subject
 from handlers.dispatch import dispatch
 from handlers.ops import Deps
 

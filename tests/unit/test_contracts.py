@@ -13,7 +13,6 @@ import pytest
 from contracts import limits
 from contracts.messages import (
     NAME_FIELDS,
-    REQUEST_TYPES,
     AddReply,
     AddRequest,
     ClearByTypeRequest,
@@ -25,6 +24,7 @@ from contracts.messages import (
     SearchRequest,
     preview,
 )
+from contracts.operations import REQUEST_TYPES
 from contracts.subjects import (
     GENERAL_SCOPE_TOKEN,
     event_filter,

@@ -7,7 +7,8 @@ import json
 import pytest
 
 from contracts import limits
-from contracts.messages import REQUEST_TYPES, AddRequest, DescribeRequest, ListRequest
+from contracts.messages import AddRequest, DescribeRequest, ListRequest
+from contracts.operations import REQUEST_TYPES
 from contracts.types import DEFAULT_TYPES
 from handlers.dispatch import check_nesting, decode_request, nesting_depth
 from handlers.errors import InvalidRequest, TooLarge

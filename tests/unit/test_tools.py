@@ -31,7 +31,8 @@ from bus.tools import (
     tool_specs,
 )
 from contracts import limits
-from contracts.messages import REQUEST_TYPES, Context
+from contracts.messages import Context
+from contracts.operations import REQUEST_TYPES
 from contracts.types import DEFAULT_TYPES, STATE_TYPE, TypeConfig
 
 EXPECTED_NAMES = [
