@@ -55,7 +55,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from bus import Accepted, MemoryBus
+from bus import MemoryBus
 from bus.client import AgentMemory
 from bus.errors import BusError
 from deploy.embedded import EmbeddedStack, wait_for_handlers
@@ -186,8 +186,8 @@ def add_kwargs(rng: random.Random, durable: bool) -> dict[str, Any]:
     if durable and rng.random() < 0.5:
         # Its id is not known to the writer (JetStream acknowledges it, the event names it),
         # so it is never deleted by the workload: a short TTL keeps the live set bounded.
-        kw["durable"] = True
         kw["ttl_s"] = rng.randint(30, 120)
+        kw["durable"] = True  # taken out again by Worker.add
     return kw
 
 
@@ -292,9 +292,11 @@ class Agent:
         )
 
     async def add(self, durable: bool) -> None:
-        rep = await self.mem.add(**add_kwargs(self.rng, durable))
-        if isinstance(rep, Accepted):  # durable: in the stream; applied by a handler soon
+        kw = add_kwargs(self.rng, durable)
+        if kw.pop("durable", False):  # in the stream once accepted; a handler applies it
+            await self.mem.durable.add(**kw)
             return
+        rep = await self.mem.add(**kw)
         if rep.duplicate_of is None:
             exp = rep.expires_at.timestamp() if rep.expires_at else None
             self.owned.items.append((rep.id, exp))
@@ -795,7 +797,7 @@ async def amain(args: argparse.Namespace) -> int:
         print("--durable: not available (AgentMemory.add has no `durable` parameter yet);"
               " adds are not durable")  # fmt: skip
     elif durable:
-        print("--durable: half the adds are durable=True")
+        print("--durable: half the adds go through mem.durable")
     if extra_env:
         print(f"handler env: {extra_env}")
 

@@ -6,7 +6,7 @@ await mem.add("user_pref", "The user prefers short answers")
 hits = await mem.search("how should answers be written?")
 """
 
-from bus.client import Accepted, AgentMemory, EventStream, MemoryBus
+from bus.client import Accepted, AgentMemory, DurableWrites, EventStream, MemoryBus
 from bus.errors import (
     BusError,
     BusTimeout,
@@ -25,6 +25,7 @@ __all__ = [
     "BusError",
     "BusTimeout",
     "Conflict",
+    "DurableWrites",
     "EventStream",
     "Forbidden",
     "Internal",

@@ -31,13 +31,15 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from bus.client import MemoryBus
+from bus.client import Accepted, MemoryBus
 from bus.errors import BusError
 from contracts import limits
 from contracts.messages import (
+    AddReply,
     DescribeReply,
     Event,
     ImportedMemory,
+    ImportRequest,
     Memory,
     RejectedEvent,
     ScoredMemory,
@@ -107,6 +109,16 @@ def _scope(value: str) -> Literal["both", "workflow", "general"]:
     if value not in ("both", "workflow", "general"):
         raise typer.BadParameter("scope is one of: both, workflow, general")
     return value  # type: ignore[return-value]
+
+
+def _write_scope(value: str | None) -> Literal["general", "workflow"] | None:
+    if value is None:
+        return None
+    if value == "general":
+        return "general"
+    if value == "workflow":
+        return "workflow"
+    raise typer.BadParameter("scope is general or workflow")
 
 
 def _run(work: Callable[[], Coroutine[Any, Any, T]]) -> T:
@@ -234,25 +246,21 @@ def add(
     as_json: AsJson = False,
 ) -> None:
     """Store a memory."""
-    if scope not in (None, "general", "workflow"):
-        raise typer.BadParameter("scope is general or workflow")
+    where = _write_scope(scope)
 
-    reply = _ask(
-        nats_url,
-        namespace,
-        lambda bus: bus.agent(workflow_id=workflow, agent_id=agent).add(
-            type,
-            content,
-            tags=tag or (),
-            importance=importance,
-            ttl_s=ttl,
-            scope=scope,
-            durable=durable,  # type: ignore[call-overload]
-        ),
-    )
+    async def send(bus: MemoryBus) -> AddReply | Accepted:
+        mem = bus.agent(workflow_id=workflow, agent_id=agent)
+        request = mem.add_request(
+            type, content, tags=tag or (), importance=importance, ttl_s=ttl, scope=where
+        )
+        if durable:
+            return await bus.durable("add", request)
+        return await bus.request("add", request, AddReply)
+
+    reply = _ask(nats_url, namespace, send)
     if as_json:
         _print_json(reply)
-    elif durable:
+    elif isinstance(reply, Accepted):
         out.print(f"accepted by JetStream: request {shown(reply.request_id)} (seq {reply.seq})")
     elif reply.duplicate_of:
         out.print(f"repeat of {shown(reply.id)}: mentioned {reply.mention_count} times")
@@ -664,7 +672,7 @@ def import_(
                     if use_stream:
                         # The same batch always has the same id: JetStream drops a repeat.
                         digest = hashlib.sha256(msgspec.json.encode(batch)).hexdigest()[:32]
-                        await bus.import_memories(batch, durable=True, request_id=digest)
+                        await bus.durable("import", ImportRequest(memories=batch), digest)
                     else:
                         reply = await bus.import_memories(batch)
                         created += len(reply.created)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import uuid
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from datetime import datetime
-from typing import Any, Literal, TypeVar, overload
+from typing import Any, Concatenate, Literal, ParamSpec, TypeVar, overload
 
 import msgspec
 import nats
@@ -104,6 +105,7 @@ class Accepted(msgspec.Struct, frozen=True):
 
 
 Q = TypeVar("Q", bound=msgspec.Struct)
+P = ParamSpec("P")
 
 
 class _Envelope(msgspec.Struct):
@@ -129,6 +131,46 @@ def _build(cls: type[Q], **fields: Any) -> Q:
         return cls(**fields)
     except (ValueError, TypeError) as exc:
         raise InvalidRequest(str(exc)) from None
+
+
+def _signed(
+    send: Any, build: Callable[..., Any], owner: str, op: str, returns: str, doc: str
+) -> None:
+    """What help() and inspect show of a write made from a builder: the builder's
+    parameters, the write's own name, reply type and text."""
+    send.__signature__ = inspect.signature(build).replace(return_annotation=returns)
+    send.__annotations__ = {**build.__annotations__, "return": returns}
+    send.__name__ = op
+    send.__qualname__ = f"{owner}.{op}"
+    send.__module__ = build.__module__
+    send.__doc__ = doc
+
+
+def _replying(
+    op: str, reply: type[R], build: Callable[Concatenate[AgentMemory, P], Request], doc: str
+) -> Callable[Concatenate[AgentMemory, P], Coroutine[Any, Any, R]]:
+    """A write of `AgentMemory` from its request builder: the parameters are the builder's,
+    spelled once; the write sends the request and waits for the handler's reply."""
+
+    async def send(self: AgentMemory, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return await self.bus.request(op, build(self, *args, **kwargs), reply)
+
+    _signed(send, build, "AgentMemory", op, reply.__name__, doc)
+    return send
+
+
+def _durably(
+    op: str, build: Callable[Concatenate[AgentMemory, P], Request]
+) -> Callable[Concatenate[DurableWrites, P], Coroutine[Any, Any, Accepted]]:
+    """The same write through JetStream (see `DurableWrites`), from the same builder."""
+
+    async def send(self: DurableWrites, /, *args: P.args, **kwargs: P.kwargs) -> Accepted:
+        memory = self.memory
+        return await memory.bus.durable(op, build(memory, *args, **kwargs), self.request_id)
+
+    doc = f"`{op}` through JetStream: returns `Accepted` once the stream has it."
+    _signed(send, build, "DurableWrites", op, "Accepted", doc)
+    return send
 
 
 def _decoder(reply_type: type[R]) -> msgspec.json.Decoder[R]:
@@ -529,38 +571,14 @@ class MemoryBus:
                 page = await self.export_page(ids=ask, embeddings=embeddings)
                 pending = page.pending + pending
 
-    @overload
-    async def import_memories(
-        self,
-        memories: Sequence[ImportedMemory],
-        *,
-        durable: Literal[False] = False,
-        request_id: str | None = None,
-    ) -> ImportReply: ...
-
-    @overload
-    async def import_memories(
-        self,
-        memories: Sequence[ImportedMemory],
-        *,
-        durable: Literal[True],
-        request_id: str | None = None,
-    ) -> Accepted: ...
-
-    async def import_memories(
-        self,
-        memories: Sequence[ImportedMemory],
-        *,
-        durable: bool = False,
-        request_id: str | None = None,
-    ) -> ImportReply | Accepted:
+    async def import_memories(self, memories: Sequence[ImportedMemory]) -> ImportReply:
         """Write exported memories back as they were (ids, times, expiry, counters); one
         whose id exists is left alone, so importing twice changes nothing. At most 100 a
-        call, within the 256 KiB request limit. `durable=True`: through JetStream."""
-        req = _build(ImportRequest, memories=list(memories))
-        if durable:
-            return await self.durable("import", req, request_id)
-        return await self.request("import", req, ImportReply)
+        call, within the 256 KiB request limit. Through JetStream:
+        `bus.durable("import", ImportRequest(memories=...), request_id)`."""
+        return await self.request(
+            "import", _build(ImportRequest, memories=list(memories)), ImportReply
+        )
 
     async def subscribe(
         self,
@@ -667,8 +685,7 @@ class AgentMemory:
     def bus(self) -> MemoryBus:
         return self._bus
 
-    @overload
-    async def add(
+    def add_request(
         self,
         type: str,
         content: str | None = None,
@@ -690,74 +707,9 @@ class AgentMemory:
         supersedes: Sequence[str] = (),
         workspace: str | None = None,
         store: Literal["private", "shared", "social"] | None = None,
-        durable: Literal[False] = False,
-        request_id: str | None = None,
-    ) -> AddReply: ...
-
-    @overload
-    async def add(
-        self,
-        type: str,
-        content: str | None = None,
-        *,
-        tags: Sequence[str] = (),
-        importance: float | None = None,
-        scope: Literal["general", "workflow"] | None = None,
-        ttl_s: int | None = None,
-        source: str | None = None,
-        metadata: dict[str, Any] | None = None,
-        embedding: Sequence[float] | None = None,
-        dedup: Literal["exact", "semantic", "none"] = "exact",
-        dedup_threshold: float | None = None,
-        title: str | None = None,
-        facts: Sequence[str] = (),
-        narrative: str | None = None,
-        related_files: Sequence[str] = (),
-        related_people: Sequence[str] = (),
-        supersedes: Sequence[str] = (),
-        workspace: str | None = None,
-        store: Literal["private", "shared", "social"] | None = None,
-        durable: Literal[True],
-        request_id: str | None = None,
-    ) -> Accepted: ...
-
-    async def add(
-        self,
-        type: str,
-        content: str | None = None,
-        *,
-        tags: Sequence[str] = (),
-        importance: float | None = None,
-        scope: Literal["general", "workflow"] | None = None,
-        ttl_s: int | None = None,
-        source: str | None = None,
-        metadata: dict[str, Any] | None = None,
-        embedding: Sequence[float] | None = None,
-        dedup: Literal["exact", "semantic", "none"] = "exact",
-        dedup_threshold: float | None = None,
-        title: str | None = None,
-        facts: Sequence[str] = (),
-        narrative: str | None = None,
-        related_files: Sequence[str] = (),
-        related_people: Sequence[str] = (),
-        supersedes: Sequence[str] = (),
-        workspace: str | None = None,
-        store: Literal["private", "shared", "social"] | None = None,
-        durable: bool = False,
-        request_id: str | None = None,
-    ) -> AddReply | Accepted:
-        """Store a memory. A repeat of live content (same type and scope) is not stored
-        twice: the reply's `duplicate_of` names the memory whose `mention_count` went up.
-        An observation may leave `content` out and give a `title` (with `narrative`,
-        `facts`, ...): the content is then composed from them. `supersedes` names older
-        memories this one replaces: reads then leave those out (reply: `superseded`,
-        `missing`).
-
-        `store` picks the trust-gated store (default: the connection's trust decides).
-        `durable=True` sends it through JetStream instead: the reply is JetStream's
-        `Accepted` (the write is not lost and is applied at most once, `request_id` naming
-        it); its outcome is the `added` event carrying that `request_id`."""
-        req = _build(
+    ) -> AddRequest:
+        """The request of `add` (see it), with this handle's identity and workspace."""
+        return _build(
             AddRequest,
             type=type,
             content=content,
@@ -782,12 +734,23 @@ class AgentMemory:
             store=store,
             context=self._context,
         )
-        if durable:
-            return await self._bus.durable("add", req, request_id)
-        return await self._bus.request("add", req, AddReply)
 
-    @overload
-    async def update(
+    add = _replying(
+        "add",
+        AddReply,
+        add_request,
+        """Store a memory. A repeat of live content (same type and scope) is not stored
+        twice: the reply's `duplicate_of` names the memory whose `mention_count` went up.
+        An observation may leave `content` out and give a `title` (with `narrative`,
+        `facts`, ...): the content is then composed from them. `supersedes` names older
+        memories this one replaces: reads then leave those out (reply: `superseded`,
+        `missing`).
+
+        `store` picks the trust-gated store (default: the connection's trust decides).
+        Through JetStream instead: `mem.durable.add(...)` (see `DurableWrites`).""",
+    )
+
+    def update_request(
         self,
         id: str,
         *,
@@ -795,38 +758,9 @@ class AgentMemory:
         tags: Sequence[str] | None = None,
         importance: float | None = None,
         ttl_s: int | None = None,
-        durable: Literal[False] = False,
-        request_id: str | None = None,
-    ) -> UpdateReply: ...
-
-    @overload
-    async def update(
-        self,
-        id: str,
-        *,
-        content: str | None = None,
-        tags: Sequence[str] | None = None,
-        importance: float | None = None,
-        ttl_s: int | None = None,
-        durable: Literal[True],
-        request_id: str | None = None,
-    ) -> Accepted: ...
-
-    async def update(
-        self,
-        id: str,
-        *,
-        content: str | None = None,
-        tags: Sequence[str] | None = None,
-        importance: float | None = None,
-        ttl_s: int | None = None,
-        durable: bool = False,
-        request_id: str | None = None,
-    ) -> UpdateReply | Accepted:
-        """Change one memory; `ttl_s=0` makes it permanent. Unknown id: `NotFound`.
-        `durable=True`: through JetStream, as for `add` (an unknown id then comes back as a
-        `rejected` event)."""
-        req = _build(
+    ) -> UpdateRequest:
+        """The request of `update` (see it), with this handle's identity."""
+        return _build(
             UpdateRequest,
             id=id,
             content=content,
@@ -836,9 +770,15 @@ class AgentMemory:
             agent_id=self._agent_id,
             context=self._context,
         )
-        if durable:
-            return await self._bus.durable("update", req, request_id)
-        return await self._bus.request("update", req, UpdateReply)
+
+    update = _replying(
+        "update",
+        UpdateReply,
+        update_request,
+        """Change one memory; `ttl_s=0` makes it permanent. Unknown id: `NotFound`.
+        Through JetStream: `mem.durable.update(...)` (an unknown id then comes back as a
+        `rejected` event).""",
+    )
 
     async def search(
         self,
@@ -1096,25 +1036,17 @@ class AgentMemory:
         req = _build(HistoryRequest, id=id, context=self._context)
         return await self._bus.request("history", req, HistoryReply)
 
-    @overload
-    async def delete(
-        self, ids: Sequence[str], *, durable: Literal[False] = False, request_id: str | None = None
-    ) -> DeleteReply: ...
+    def delete_request(self, ids: Sequence[str]) -> DeleteRequest:
+        """The request of `delete` (see it)."""
+        return _build(DeleteRequest, ids=list(ids), context=self._context)
 
-    @overload
-    async def delete(
-        self, ids: Sequence[str], *, durable: Literal[True], request_id: str | None = None
-    ) -> Accepted: ...
-
-    async def delete(
-        self, ids: Sequence[str], *, durable: bool = False, request_id: str | None = None
-    ) -> DeleteReply | Accepted:
-        """Delete memories; ids not found come back in `missing`. `durable=True`: through
-        JetStream, as for `add`."""
-        req = _build(DeleteRequest, ids=list(ids), context=self._context)
-        if durable:
-            return await self._bus.durable("delete", req, request_id)
-        return await self._bus.request("delete", req, DeleteReply)
+    delete = _replying(
+        "delete",
+        DeleteReply,
+        delete_request,
+        """Delete memories; ids not found come back in `missing`. Through JetStream:
+        `mem.durable.delete(...)`.""",
+    )
 
     async def clear_by_type(
         self, type: str, *, scope: Literal["workflow", "general"] = "workflow"
@@ -1220,29 +1152,49 @@ class AgentMemory:
             context=self._context,
         )
 
-    async def capture(
-        self,
-        tool: str,
-        *,
-        args: dict[str, Any] | None = None,
-        output: str = "",
-        error: bool = False,
-        duration_ms: float | None = None,
-        durable: bool = False,
-        request_id: str | None = None,
-    ) -> AddReply | Accepted:
-        """Store one tool run as a `trace` and wait for the reply (`durable=True`: for
-        JetStream's `Accepted`, as for `add`). To record runs without ever waiting or
-        failing, wrap the tool with `bus.capture.captured` instead."""
-        req = self.capture_request(
-            tool, args=args, output=output, error=error, duration_ms=duration_ms
-        )
-        if durable:
-            return await self._bus.durable("capture", req, request_id)
-        return await self._bus.request("capture", req, AddReply)
+    capture = _replying(
+        "capture",
+        AddReply,
+        capture_request,
+        """Store one tool run as a `trace` and wait for the reply (through JetStream:
+        `mem.durable.capture(...)`). To record runs without ever waiting or failing, wrap
+        the tool with `bus.capture.captured` instead.""",
+    )
+
+    @property
+    def durable(self) -> DurableWrites:
+        """This handle's writes through JetStream: `await mem.durable.add(...)` returns
+        JetStream's `Accepted` once the write is stored (never lost, applied at most once).
+        `mem.durable(request_id="...")` names the next write, so a retry is applied once."""
+        return DurableWrites(self)
 
     async def subscribe(self, *, type: str | None = None, action: str | None = None) -> EventStream:
         """Follow this agent's workflow (or general memories, for an agent without one)."""
         return await self._bus.subscribe(
             self._workflow_id, general=self._workflow_id is None, type=type, action=action
         )
+
+
+class DurableWrites:
+    """An agent's writes through the JetStream stream MEMBUS_WRITES (`mem.durable`): each
+    returns JetStream's `Accepted` once the write is stored, so it is not lost through
+    handler, NATS or Redis restarts, and it is applied at most once; its outcome is the
+    write's event, which carries `accepted.request_id` (a refused one: a `rejected` event).
+    The parameters are those of the same method of `AgentMemory`."""
+
+    __slots__ = ("memory", "request_id")
+
+    def __init__(self, memory: AgentMemory, request_id: str | None = None) -> None:
+        self.memory = memory
+        # The Nats-Msg-Id of the next write; None: a new one each write.
+        self.request_id = request_id
+
+    def __call__(self, request_id: str) -> DurableWrites:
+        """Name the write (JetStream's Nats-Msg-Id): a retry with the same id is stored
+        once, within the stream's duplicate window."""
+        return DurableWrites(self.memory, request_id)
+
+    add = _durably("add", AgentMemory.add_request)
+    update = _durably("update", AgentMemory.update_request)
+    delete = _durably("delete", AgentMemory.delete_request)
+    capture = _durably("capture", AgentMemory.capture_request)

@@ -114,7 +114,7 @@ async def durable_demo(bus: MemoryBus) -> None:
     lead = bus.agent(workflow_id="wf_789", agent_id="lead")
     sub = await bus.nc.subscribe(f"mem.{bus.namespace}.events.wf_789.>")
     await bus.nc.flush()
-    accepted = await lead.add("decision", "Release on Friday", durable=True)
+    accepted = await lead.durable.add("decision", "Release on Friday")
     print(f"  accepted by stream {accepted.stream} (seq {accepted.seq}): not lost from here on")
     applied = json.loads((await sub.next_msg(timeout=10)).data)
     await sub.unsubscribe()

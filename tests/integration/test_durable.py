@@ -43,7 +43,7 @@ async def test_a_durable_add_is_applied_once_and_its_event_names_the_request(
 ) -> None:
     mem = bus.agent(workflow_id="wf_d", agent_id="writer")
     async with events(bus, "wf_d.>") as sub:
-        accepted = await mem.add("context", "written through JetStream", durable=True)
+        accepted = await mem.durable.add("context", "written through JetStream")
         assert isinstance(accepted, Accepted)
         assert accepted.stream == "MEMBUS_WRITES" and not accepted.duplicate
         event = await next_event(sub)
@@ -57,8 +57,8 @@ async def test_a_retried_publish_with_the_same_request_id_is_applied_once(
 ) -> None:
     mem = bus.agent(workflow_id="wf_d")
     async with events(bus, "wf_d.>") as sub:
-        first = await mem.add("context", "once only", durable=True, request_id="req-once-1")
-        again = await mem.add("context", "once only", durable=True, request_id="req-once-1")
+        first = await mem.durable("req-once-1").add("context", "once only")
+        again = await mem.durable("req-once-1").add("context", "once only")
         assert again.duplicate and again.seq == first.seq
         event = await next_event(sub)
         with pytest.raises(nats.errors.TimeoutError):
@@ -71,13 +71,13 @@ async def test_durable_update_delete_and_capture(bus: MemoryBus) -> None:
     mem = bus.agent(workflow_id="wf_d", agent_id="writer")
     kept = await mem.add("context", "before the update")
     async with events(bus, "wf_d.>") as sub:
-        await mem.update(kept.id, content="after the update", durable=True)
+        await mem.durable.update(kept.id, content="after the update")
         assert (await next_event(sub)).action == "updated"
-        captured = await mem.capture("grep", args={"path": "a.py"}, output="ok", durable=True)
+        captured = await mem.durable.capture("grep", args={"path": "a.py"}, output="ok")
         assert isinstance(captured, Accepted)
         trace = await next_event(sub)
         assert (trace.type, trace.request_id) == ("trace", captured.request_id)
-        await mem.delete([kept.id, trace.id], durable=True)
+        await mem.durable.delete([kept.id, trace.id])
         deleted = {(await next_event(sub)).id, (await next_event(sub)).id}
     assert deleted == {kept.id, trace.id}
     assert (await mem.describe()).total == 0
@@ -86,7 +86,7 @@ async def test_durable_update_delete_and_capture(bus: MemoryBus) -> None:
 async def test_a_write_that_can_never_succeed_is_rejected_not_retried(bus: MemoryBus) -> None:
     mem = bus.agent(workflow_id="wf_d")
     async with events(bus, "_rejected.>") as sub:
-        accepted = await mem.update("01NOSUCHMEMORY000000000000", content="x", durable=True)
+        accepted = await mem.durable.update("01NOSUCHMEMORY000000000000", content="x")
         msg = await sub.next_msg(timeout=10)
         rejected = msgspec.json.decode(msg.data, type=RejectedEvent)
         assert msg.subject == f"mem.{bus.namespace}.events._rejected.update.rejected"
@@ -106,12 +106,12 @@ async def test_durable_writes_keep_the_callers_trust(bus: MemoryBus) -> None:
     inner = MemoryBus(bus.nc, bus.namespace, bus.timeout, owns=False, trust="inner")
     mem = inner.agent(workflow_id="wf_d")
     async with events(bus, "wf_d.>") as sub:
-        await mem.add("context", "for the inner circle", durable=True)
+        await mem.durable.add("context", "for the inner circle")
         event = await next_event(sub)
     assert event.store == "shared"
     familiar = MemoryBus(bus.nc, bus.namespace, bus.timeout, owns=False, trust="familiar")
     async with events(bus, "_rejected.>") as sub:
-        await familiar.agent().add("context", "into private", store="private", durable=True)
+        await familiar.agent().durable.add("context", "into private", store="private")
         rejected = msgspec.json.decode((await sub.next_msg(timeout=10)).data, type=RejectedEvent)
     assert rejected.code == "forbidden"
 
@@ -130,7 +130,7 @@ async def test_writes_wait_out_a_redis_outage_and_a_redelivered_write_is_not_app
             async with events(bus, "wf_o.>") as sub:
                 stack.stop_server("redis")
                 sent = [
-                    await mem.add("context", f"written while Redis is down {i}", durable=True)
+                    await mem.durable.add("context", f"written while Redis is down {i}")
                     for i in range(5)
                 ]
                 await asyncio.sleep(1.0)  # the handler tries, finds Redis down, backs off
@@ -139,11 +139,8 @@ async def test_writes_wait_out_a_redis_outage_and_a_redelivered_write_is_not_app
                 assert seen == {a.request_id for a in sent}
 
                 await asyncio.sleep(1.0)  # past JetStream's duplicate window
-                again = await mem.add(
-                    "context",
-                    "written while Redis is down 0",
-                    durable=True,
-                    request_id=sent[0].request_id,
+                again = await mem.durable(sent[0].request_id).add(
+                    "context", "written while Redis is down 0"
                 )
                 assert not again.duplicate  # JetStream took it: the handler must skip it
                 with pytest.raises(nats.errors.TimeoutError):
@@ -176,10 +173,10 @@ async def test_the_last_acknowledged_write_to_a_memory_wins(bus: MemoryBus) -> N
         kept = await mem.add("context", f"trial {trial} version start")
         for i in range(30):
             if i % 3 == 2:
-                await mem.update(kept.id, tags=[f"t{i}"], durable=True)
+                await mem.durable.update(kept.id, tags=[f"t{i}"])
             else:
-                await mem.update(kept.id, content=f"trial {trial} version {i}", durable=True)
-        await mem.update(kept.id, importance=0.25, durable=True)
+                await mem.durable.update(kept.id, content=f"trial {trial} version {i}")
+        await mem.durable.update(kept.id, importance=0.25)
         await settled(bus)
         [got] = (await mem.get([kept.id])).memories
         assert (got.content, got.tags, got.importance) == (

@@ -178,7 +178,7 @@ async def add_one(mem: AgentMemory, writes: Writes, n: int) -> bool:
     marker = f"{writes.prefix}-{n:04d}"
     try:
         if writes.durable:
-            await mem.add(TYPE, marker, durable=True, request_id=marker)
+            await mem.durable(marker).add(TYPE, marker)
         else:
             writes.ids[marker] = (await mem.add(TYPE, marker)).id
     except FAULT_ERRORS as exc:

@@ -533,7 +533,7 @@ async def test_the_bus_end_to_end_behind_the_generated_configuration(tmp_path: P
         bob_bus = await agent_bus("bob", "inner")
         bob = bob_bus.agent(agent_id="bob")
         added = await bob.add("knowledge", "The staging database moved to eu-west")
-        accepted = await bob.add("knowledge", "Staging deploys need a ticket", durable=True)
+        accepted = await bob.durable.add("knowledge", "Staging deploys need a ticket")
         assert accepted.stream == "MEMBUS_WRITES"
         alice = (await agent_bus("alice", "full")).agent(agent_id="alice")
         secret = await alice.add("knowledge", "The staging root password is in the vault")

@@ -99,7 +99,7 @@ async def test_a_handler_process_serves_metrics_health_and_readiness() -> None:
             await bus.request("search", b'{"limit": "many"}', SearchReply)
         # A plain publish that fails is lost to its sender: the metrics still count it.
         await bus.nc.publish("mem.metrics.capture", b'{"tool": 42}')
-        accepted = await mem.add("knowledge", "a durable fact", durable=True)
+        accepted = await mem.durable.add("knowledge", "a durable fact")
         assert accepted.request_id
 
         async def durable_applied() -> Samples:
@@ -317,7 +317,7 @@ async def test_a_durable_write_is_consumed_in_the_producer_s_trace(
     bus = await MemoryBus.connect(traced_handler.nats_url, namespace="traced")
     mem = bus.agent(workflow_id="wf_1")
     with provider.get_tracer("test").start_as_current_span("agent turn") as turn:
-        accepted = await mem.add("knowledge", "a durable traced fact", durable=True)
+        accepted = await mem.durable.add("knowledge", "a durable traced fact")
     await bus.close()
     trace_id = turn.get_span_context().trace_id
 

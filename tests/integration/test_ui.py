@@ -302,7 +302,7 @@ async def test_deletes_and_rejected_durable_writes_show_as_events(
     await wait_live(page)
 
     await mem.delete([doomed.id])
-    accepted = await mem.update("no-such-id", importance=0.5, durable=True)
+    accepted = await mem.durable.update("no-such-id", importance=0.5)
 
     events = page.get_by_test_id("events").get_by_test_id("event")
     rejected = events.and_(page.locator('[data-action="rejected"]'))
