@@ -385,8 +385,8 @@ def test_permission_blocks() -> None:
             "allow": [
                 "mem.acme.*",
                 "memq.acme.add",
-                "memq.acme.update",
                 "memq.acme.delete",
+                "memq.acme.update",
                 "memq.acme.capture",
                 "memq.acme.import",
             ]
@@ -398,8 +398,8 @@ def test_permission_blocks() -> None:
             "allow": [
                 "mem.acme.*.inner",
                 "memq.acme.add.inner",
-                "memq.acme.update.inner",
                 "memq.acme.delete.inner",
+                "memq.acme.update.inner",
                 "memq.acme.capture.inner",
             ]
         },
