@@ -218,14 +218,12 @@ def _units(vectors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 def _recalled(
     pick: Pick, rec: Record, access_count: int, last_accessed_ms: int | None
 ) -> RecalledMemory:
-    scored = to_scored(
+    return to_scored(
         rec,
         access_count,
         last_accessed_ms,
         score=pick.score,
         similarity=pick.cosine,
         text_score=pick.text,
-    )
-    return RecalledMemory(
-        **{f: getattr(scored, f) for f in scored.__struct_fields__}, path=pick.path
+        path=pick.path,
     )

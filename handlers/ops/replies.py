@@ -1,50 +1,85 @@
-"""Stored records as the protocol shows them: `Memory`, `ScoredMemory`, `CompactMemory`."""
+"""Stored records as the protocol shows them, and wire memories as they are stored.
+
+The mapping goes by field name: a field that `Record` and a wire struct (`Memory`,
+`ScoredMemory`, `ExportedMemory`, `ImportedMemory`, a request) both have is copied as it is;
+`TO_WIRE` converts the few whose form differs (epoch ms <-> datetime, tuples, metadata kept
+as JSON text), and `READ_ONLY` names the wire fields a read supplies itself. A field new in
+`Record` and in the contracts is thereby stored, returned, exported and imported with no
+other change (tests/unit/test_record.py checks that every wire field is accounted for).
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar, overload
 
 import msgspec
 
-from contracts.messages import CompactMemory, ExportedMemory, Memory, ScoredMemory, preview
+from contracts.messages import (
+    CompactMemory,
+    ExportedMemory,
+    Memory,
+    RecalledMemory,
+    ScoredMemory,
+    preview,
+)
 from handlers.ops.clock import expiry_dt, ms_to_dt
 from handlers.store.record import Record, Summary
 
+W = TypeVar("W", bound=msgspec.Struct)
+
 _EMPTY_OBJECT = msgspec.Raw(b"{}")
 
+# Record field -> its wire value, where the two forms differ.
+TO_WIRE: dict[str, Callable[[Record], Any]] = {
+    "tags": lambda r: list(r.tags),
+    # Returned exactly as the writer sent it.
+    "metadata": lambda r: msgspec.Raw(r.metadata) if r.metadata else _EMPTY_OBJECT,
+    "created_at": lambda r: ms_to_dt(r.created_at),
+    "updated_at": lambda r: ms_to_dt(r.updated_at),
+    "expires_at": lambda r: expiry_dt(r.expires_at),
+}
+# Wire fields of a memory that its record does not hold: the read that returns it gives them.
+READ_ONLY = frozenset(
+    {"access_count", "last_accessed_at", "score", "similarity", "text_score", "path", "embedding"}
+)
+_RECORD_FIELDS = frozenset(Record.__struct_fields__)
 
-def _fields(rec: Record, access_count: int, last_accessed_ms: int | None) -> dict[str, Any]:
+
+def as_wire(cls: type[W], rec: Record, **given: Any) -> W:
+    """`rec` as the wire struct `cls`: its fields by name (`TO_WIRE` where converted), and
+    `given` for what the read supplies."""
+    values: dict[str, Any] = {}
+    for name in cls.__struct_fields__:
+        if name in given:
+            values[name] = given[name]
+        elif name in TO_WIRE:
+            values[name] = TO_WIRE[name](rec)
+        elif name in _RECORD_FIELDS:
+            values[name] = getattr(rec, name)
+    return cls(**values)
+
+
+def as_record(source: msgspec.Struct, **given: Any) -> Record:
+    """A record from a wire struct (an import's memory, a request): the fields `Record`
+    shares with it by name, and `given` for those computed or converted."""
+    values = {
+        name: getattr(source, name)
+        for name in source.__struct_fields__
+        if name in _RECORD_FIELDS and name not in given
+    }
+    return Record(**values, **given)
+
+
+def _counters(access_count: int, last_accessed_ms: int | None) -> dict[str, Any]:
     return {
-        "id": rec.id,
-        "type": rec.type,
-        "content": rec.content,
-        "tags": list(rec.tags),
-        "importance": rec.importance,
-        "workflow_id": rec.workflow_id,
-        "agent_id": rec.agent_id,
-        "source": rec.source,
-        # Returned exactly as the writer sent it.
-        "metadata": msgspec.Raw(rec.metadata) if rec.metadata else _EMPTY_OBJECT,
-        "created_at": ms_to_dt(rec.created_at),
-        "updated_at": ms_to_dt(rec.updated_at),
-        "expires_at": expiry_dt(rec.expires_at),
         "access_count": access_count,
         "last_accessed_at": ms_to_dt(last_accessed_ms) if last_accessed_ms else None,
-        "mention_count": rec.mention_count,
-        "session_id": rec.session_id,
-        "title": rec.title,
-        "facts": rec.facts,
-        "narrative": rec.narrative,
-        "related_files": rec.related_files,
-        "related_people": rec.related_people,
-        "superseded_by": rec.superseded_by,
-        "workspace": rec.workspace,
-        "store": rec.store,
     }
 
 
 def to_memory(rec: Record, access_count: int = 0, last_accessed_ms: int | None = None) -> Memory:
-    return Memory(**_fields(rec, access_count, last_accessed_ms))
+    return as_wire(Memory, rec, **_counters(access_count, last_accessed_ms))
 
 
 def to_exported(
@@ -53,11 +88,34 @@ def to_exported(
     last_accessed_ms: int | None,
     embedding: list[float] | None = None,
 ) -> ExportedMemory:
-    return ExportedMemory(
-        **_fields(rec, access_count, last_accessed_ms),
-        content_hash=rec.content_hash,
-        embedding=embedding,
+    return as_wire(
+        ExportedMemory, rec, **_counters(access_count, last_accessed_ms), embedding=embedding
     )
+
+
+@overload
+def to_scored(
+    rec: Record,
+    access_count: int,
+    last_accessed_ms: int | None,
+    *,
+    score: float,
+    similarity: float,
+    text_score: float,
+) -> ScoredMemory: ...
+
+
+@overload
+def to_scored(
+    rec: Record,
+    access_count: int,
+    last_accessed_ms: int | None,
+    *,
+    score: float,
+    similarity: float,
+    text_score: float,
+    path: str,
+) -> RecalledMemory: ...
 
 
 def to_scored(
@@ -68,13 +126,14 @@ def to_scored(
     score: float,
     similarity: float,
     text_score: float,
+    path: str | None = None,
 ) -> ScoredMemory:
-    return ScoredMemory(
-        **_fields(rec, access_count, last_accessed_ms),
-        score=score,
-        similarity=similarity,
-        text_score=text_score,
-    )
+    """A search's result, or with the `path` that found it, a recall's."""
+    scores = {"score": score, "similarity": similarity, "text_score": text_score}
+    counters = _counters(access_count, last_accessed_ms)
+    if path is None:
+        return as_wire(ScoredMemory, rec, **counters, **scores)
+    return as_wire(RecalledMemory, rec, **counters, **scores, path=path)
 
 
 def to_compact(s: Summary) -> CompactMemory:

@@ -29,7 +29,7 @@ from handlers.ops.clock import dt_to_ms
 from handlers.ops.deps import Deps
 from handlers.ops.events import publish_event
 from handlers.ops.registry import handles
-from handlers.ops.replies import to_exported
+from handlers.ops.replies import as_record, to_exported
 from handlers.ops.vectors import embed_texts, given_vector
 from handlers.ops.writes import content_hash
 from handlers.store.record import PERMANENT_MS, Entry, Record
@@ -85,30 +85,14 @@ def _record(m: ImportedMemory, deps: Deps) -> Record:
     check_no_nul(title=m.title, narrative=m.narrative, facts=m.facts)
     check_content(m.content)
     created = dt_to_ms(m.created_at)
-    rec = Record(
-        id=m.id,
-        type=m.type,
-        content=m.content,
+    rec = as_record(
+        m,
         tags=tuple(m.tags),
-        importance=m.importance,
-        workflow_id=m.workflow_id,
         created_at=created,
         updated_at=dt_to_ms(m.updated_at) if m.updated_at else created,
         expires_at=dt_to_ms(m.expires_at) if m.expires_at else PERMANENT_MS,
-        agent_id=m.agent_id,
-        source=m.source,
         metadata=check_metadata(m.metadata) if m.metadata else None,
-        mention_count=m.mention_count,
         content_hash=m.content_hash or "",
-        session_id=m.session_id,
-        title=m.title,
-        facts=m.facts,
-        narrative=m.narrative,
-        related_files=m.related_files,
-        related_people=m.related_people,
-        superseded_by=m.superseded_by,
-        workspace=m.workspace,
-        store=m.store,
     )
     if m.content_hash is None:
         rec = msgspec.structs.replace(rec, content_hash=content_hash(rec))

@@ -46,10 +46,10 @@ from handlers.ops.deps import Deps
 from handlers.ops.events import publish_event
 from handlers.ops.history import entry
 from handlers.ops.registry import handles
+from handlers.ops.replies import as_record
 from handlers.ops.scoping import storage_workflow
 from handlers.ops.vectors import request_vector
 from handlers.store.ids import new_id
-from handlers.store.record import Record
 from handlers.store.spaces import NamedEntry, NoWorkspace, StoredWorkspace
 
 # What a workspace's events are filed under (`mem.<ns>.events._general.workspace.<action>`).
@@ -270,7 +270,8 @@ async def create_state(ns: str, req: CreateStateRequest, deps: Deps) -> OkReply:
         next_steps=req.next_steps,
         description=req.description,
     )
-    rec = Record(
+    rec = as_record(
+        req,
         id=new_id(now),
         type=STATE_TYPE,
         content=content,
@@ -280,14 +281,12 @@ async def create_state(ns: str, req: CreateStateRequest, deps: Deps) -> OkReply:
         created_at=now,
         updated_at=now,
         expires_at=expires_ms(now, cfg.ttl_s),
-        agent_id=req.agent_id,
         metadata=_encoder.encode(_StateMetadata(fields)).decode(),
         # Never folded by dedup: two states with the same texts are two save points.
         content_hash="",
         session_id=req.context.session_id if req.context else None,
         title=req.name,
         related_files=req.active_files,
-        workspace=req.workspace,
     )
     added = entry("added", now, req, req.agent_id)
     with _in_workspace(req.workspace):

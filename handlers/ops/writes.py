@@ -34,6 +34,7 @@ from handlers.ops.events import publish_event
 from handlers.ops.history import entry, update_changes
 from handlers.ops.ranking import similarity
 from handlers.ops.registry import handles
+from handlers.ops.replies import as_record
 from handlers.ops.scoping import storage_workflow
 from handlers.ops.vectors import request_vector
 from handlers.ops.workspaces import state_is_immutable, workspace_not_found
@@ -171,9 +172,9 @@ async def add(ns: str, req: AddRequest, deps: Deps) -> AddReply:
     vec = await request_vector(ns, deps, text=content, given=req.embedding)
     now = deps.clock()
     workflow_id = storage_workflow(cfg, req.scope, req.workflow_id)
-    rec = Record(
+    rec = as_record(
+        req,
         id=durable_id or new_id(now),
-        type=req.type,
         content=content,
         tags=tuple(req.tags),
         importance=cfg.importance if req.importance is None else req.importance,
@@ -181,16 +182,8 @@ async def add(ns: str, req: AddRequest, deps: Deps) -> AddReply:
         created_at=now,
         updated_at=now,
         expires_at=expires_ms(now, cfg.ttl_s if req.ttl_s is None else req.ttl_s),
-        agent_id=req.agent_id,
-        source=req.source,
         metadata=metadata,
         session_id=req.context.session_id if req.context else None,
-        title=req.title,
-        facts=req.facts,
-        narrative=req.narrative,
-        related_files=req.related_files,
-        related_people=req.related_people,
-        workspace=req.workspace,
         store=store,
     )
     if req.dedup != "none":

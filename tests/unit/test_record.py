@@ -169,3 +169,82 @@ def test_scripts_name_fields_by_their_storage_names(name: str) -> None:
     # Reads of a record (not of its access hash) name only record fields.
     for names in re.findall(r"HMGET', (?:rec|old|KEYS\[1\]), ('[^)]*)\)", source):
         assert set(re.findall(r"'(\w+)'", names)) <= set(RECORD_FIELDS)
+
+
+# --------------------------------------------------------------------------- wire mapping
+
+from contracts.messages import (  # noqa: E402
+    AddRequest,
+    ExportedMemory,
+    ImportedMemory,
+    Memory,
+    RecalledMemory,
+    ScoredMemory,
+)
+from handlers.ops.replies import READ_ONLY, TO_WIRE, as_record, as_wire  # noqa: E402
+
+RECORD_ATTRS = set(Record.__struct_fields__)
+
+
+@pytest.mark.parametrize("wire", [Memory, ScoredMemory, ExportedMemory, RecalledMemory])
+def test_every_field_of_a_returned_memory_is_stored_converted_or_given_by_the_read(wire) -> None:
+    unaccounted = set(wire.__struct_fields__) - RECORD_ATTRS - set(TO_WIRE) - READ_ONLY
+    assert not unaccounted, f"{wire.__name__}: map these in handlers/ops/replies.py"
+
+
+def test_every_field_of_an_imported_memory_is_stored_or_given_by_the_read() -> None:
+    # What an import carries either goes into the record by name or is a read's own field.
+    unaccounted = set(ImportedMemory.__struct_fields__) - RECORD_ATTRS - READ_ONLY
+    assert not unaccounted
+
+
+def test_a_record_goes_to_the_wire_and_back_unchanged() -> None:
+    rec = Record(
+        id="01ABC",
+        type="decision",
+        content="Use Postgres",
+        tags=("db", "infra"),
+        importance=0.8,
+        workflow_id="wf_1",
+        created_at=1_700_000_000_123,
+        updated_at=1_700_000_100_456,
+        expires_at=1_800_000_000_000,
+        agent_id="a1",
+        source="chat",
+        metadata='{"k":[1,2]}',
+        mention_count=3,
+        content_hash="abc",
+        session_id="s1",
+        title="DB",
+        facts=["one", "two"],
+        narrative="why",
+        related_files=["db.py"],
+        related_people=["Ana"],
+        superseded_by="01DEF",
+        workspace="Shop",
+        store="shared",
+    )
+    exported = as_wire(ExportedMemory, rec, access_count=2, last_accessed_at=None)
+    wire = msgspec.json.decode(msgspec.json.encode(exported), type=ImportedMemory)
+    back = as_record(
+        wire,
+        tags=tuple(wire.tags),
+        created_at=rec.created_at,
+        updated_at=rec.updated_at,
+        expires_at=rec.expires_at,
+        metadata=msgspec.json.encode(wire.metadata).decode(),
+        content_hash=wire.content_hash or "",
+    )
+    assert back == rec
+
+
+def test_an_add_request_fills_the_record_fields_it_names() -> None:
+    req = AddRequest(type="fact", content="x", title="T", facts=["f"], source="s", agent_id="a")
+    rec = as_record(req, id="1", tags=(), created_at=1, updated_at=1, expires_at=2, importance=0.5)
+    assert (rec.title, rec.facts, rec.source, rec.agent_id, rec.type) == (
+        "T",
+        ["f"],
+        "s",
+        "a",
+        "fact",
+    )
