@@ -25,7 +25,7 @@ from handlers.ops.budget import fits_budget
 from handlers.ops.checks import check_types
 from handlers.ops.deps import Deps
 from handlers.ops.registry import handles
-from handlers.ops.replies import to_scored
+from handlers.ops.replies import to_recalled, to_scored
 from handlers.ops.scoping import read_scope
 from handlers.ops.search import ranked_candidates
 from handlers.ops.vectors import request_vector
@@ -218,12 +218,12 @@ def _units(vectors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 def _recalled(
     pick: Pick, rec: Record, access_count: int, last_accessed_ms: int | None
 ) -> RecalledMemory:
-    return to_scored(
+    scored = to_scored(
         rec,
         access_count,
         last_accessed_ms,
         score=pick.score,
         similarity=pick.cosine,
         text_score=pick.text,
-        path=pick.path,
     )
+    return to_recalled(scored, pick.path)

@@ -11,7 +11,7 @@ other change (tests/unit/test_record.py checks that every wire field is accounte
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar, overload
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -93,7 +93,6 @@ def to_exported(
     )
 
 
-@overload
 def to_scored(
     rec: Record,
     access_count: int,
@@ -102,38 +101,15 @@ def to_scored(
     score: float,
     similarity: float,
     text_score: float,
-) -> ScoredMemory: ...
-
-
-@overload
-def to_scored(
-    rec: Record,
-    access_count: int,
-    last_accessed_ms: int | None,
-    *,
-    score: float,
-    similarity: float,
-    text_score: float,
-    path: str,
-) -> RecalledMemory: ...
-
-
-def to_scored(
-    rec: Record,
-    access_count: int,
-    last_accessed_ms: int | None,
-    *,
-    score: float,
-    similarity: float,
-    text_score: float,
-    path: str | None = None,
 ) -> ScoredMemory:
-    """A search's result, or with the `path` that found it, a recall's."""
-    scores = {"score": score, "similarity": similarity, "text_score": text_score}
     counters = _counters(access_count, last_accessed_ms)
-    if path is None:
-        return as_wire(ScoredMemory, rec, **counters, **scores)
-    return as_wire(RecalledMemory, rec, **counters, **scores, path=path)
+    scores = {"score": score, "similarity": similarity, "text_score": text_score}
+    return as_wire(ScoredMemory, rec, **counters, **scores)
+
+
+def to_recalled(scored: ScoredMemory, path: str) -> RecalledMemory:
+    """A recall's result: the scored memory and the `path` that found it."""
+    return RecalledMemory(**msgspec.structs.asdict(scored), path=path)
 
 
 def to_compact(s: Summary) -> CompactMemory:
