@@ -195,7 +195,7 @@ class DurableWrites:
             return
         store = self.deps.store
         try:
-            state = await store.claim_write(ns, request_id, CLAIM_MS)
+            state = await store.claims.claim(ns, request_id, CLAIM_MS)
         except Unavailable as exc:
             count_redis_error(self.deps.metrics, exc)
             await self._retry(msg, op, "redis unreachable")
@@ -216,12 +216,12 @@ class DurableWrites:
         _, error = await dispatch(op, msg.subject, msg.data, self.deps, write, msg.headers)
         if isinstance(error, Unavailable):
             with contextlib.suppress(Unavailable):  # else the claim lapses by itself
-                await store.release_write(ns, request_id)
+                await store.claims.release(ns, request_id)
             await self._retry(msg, op, error.message)
             return
         state = "done" if error is None else "rejected"
         try:
-            await store.finish_write(ns, request_id, state, APPLIED_KEEP_S)
+            await store.claims.finish(ns, request_id, state, APPLIED_KEEP_S)
         except Unavailable:
             # Applied, but not marked: a redelivery would apply it again (add and capture
             # then rewrite the same memory). Acknowledge anyway: Redis has the write.

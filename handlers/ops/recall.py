@@ -31,7 +31,7 @@ from handlers.ops.search import ranked_candidates
 from handlers.ops.vectors import request_vector
 from handlers.store.filters import always_recalled, read_filter
 from handlers.store.record import Candidate, Record
-from handlers.store.store import Recalled
+from handlers.store.sessions import Recalled
 
 IDENTITY = "identity"
 # Path 2 takes the search's best this many; path 1 at most this many, the closest first.
@@ -58,11 +58,11 @@ async def recall(ns: str, req: RecallRequest, deps: Deps) -> RecallReply:
     check_types(deps.settings.types, req.types)
     sid = req.session_id
     if req.source == "system":
-        return RecallReply(turn=await deps.store.session_count(ns, sid), skipped=True)
+        return RecallReply(turn=await deps.store.sessions.count(ns, sid), skipped=True)
     ttl_s = deps.settings.recall_session_ttl_s
     async with deps.store.exclusive(ns, f"recall:{sid}"):
         now = deps.clock()
-        turn, seen = await deps.store.session_turn(ns, sid, req.turn, ttl_s, limits.MAX_TURN)
+        turn, seen = await deps.store.sessions.turn(ns, sid, req.turn, ttl_s, limits.MAX_TURN)
         if turn > limits.MAX_TURN:
             raise InvalidRequest(
                 f'Session "{sid}" has reached the last turn ({limits.MAX_TURN}): recall with a'
@@ -100,7 +100,7 @@ async def recall(ns: str, req: RecallRequest, deps: Deps) -> RecallReply:
         given = {r.id: units.get(r.id) for r in results}
         # A memory given again this turn has a new record: it is not stale any more.
         stale = [mid for mid in stale if mid not in given]
-        await deps.store.session_recalled(ns, sid, turn, given, stale, ttl_s)
+        await deps.store.sessions.recalled(ns, sid, turn, given, stale, ttl_s)
     deps.store.touch_later(ns, list(given), now)
     return RecallReply(
         turn=turn,

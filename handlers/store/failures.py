@@ -12,6 +12,9 @@ from redisvl.exceptions import RedisSearchError
 
 from handlers.errors import Unavailable
 
+# What a store part runs each Redis call in: Store._guard, which maps failures (redis_errors).
+Guard = Callable[[], contextlib.AbstractAsyncContextManager[None]]
+
 log = structlog.get_logger("membus.store")
 
 

@@ -10,7 +10,6 @@ taken twice, a state in a missing workspace) are single Lua scripts.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal, NamedTuple
 
@@ -20,6 +19,7 @@ import redis.asyncio as aioredis
 
 from contracts import limits
 from handlers.store import keys
+from handlers.store.failures import Guard
 from handlers.store.record import Entry, Record
 from handlers.store.resp import text
 from handlers.store.schema import new_hash
@@ -29,8 +29,6 @@ from handlers.store.scripts import (
     CREATE_WORKSPACE_LUA,
     UPDATE_WORKSPACE_LUA,
 )
-
-Guard = Callable[[], contextlib.AbstractAsyncContextManager[None]]
 
 
 class StoredWorkspace(msgspec.Struct, kw_only=True):

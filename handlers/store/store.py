@@ -26,6 +26,7 @@ from redisvl.query import CountQuery, FilterQuery, VectorQuery
 from redisvl.query.filter import FilterExpression
 
 from handlers.store import keys
+from handlers.store.claims import Claims
 from handlers.store.failures import is_connection_error, is_missing_index, redis_errors
 from handlers.store.filters import ReadScope, read_filter, text_match
 from handlers.store.indexes import Indexes, Namespace
@@ -59,6 +60,7 @@ from handlers.store.scripts import (
     SUPERSEDE_LUA,
     UPDATE_LUA,
 )
+from handlers.store.sessions import Sessions
 from handlers.store.spaces import Spaces
 from handlers.store.summaries import Overview, Summaries
 from handlers.store.transfer import Transfer
@@ -88,32 +90,6 @@ def _record(names: tuple[str, ...], values: list[Any]) -> Record:
 
 
 _entries = msgspec.json.Decoder(Entry)
-# The turn counter's field in a session hash (memory ids, the other fields, are never this).
-_TURN = "turn"
-
-
-class Recalled(NamedTuple):
-    """A memory recalled in a session: the turn, and its unit vector (8-bit, enough to tell
-    a near-duplicate) so that later turns compare with it without reading it again."""
-
-    turn: int
-    vector: np.ndarray | None
-
-
-def _recall_entry(turn: int, unit: np.ndarray | None) -> bytes:
-    if unit is None:
-        return str(turn).encode()
-    quantised = np.clip(np.rint(unit * 127), -127, 127).astype(np.int8)
-    return str(turn).encode() + b"|" + quantised.tobytes()
-
-
-def _recalled(raw: bytes) -> Recalled:
-    turn, _, vec = raw.partition(b"|")
-    if not vec:
-        return Recalled(int(turn), None)
-    v = np.frombuffer(vec, dtype=np.int8).astype(np.float32)
-    n = float(np.linalg.norm(v))
-    return Recalled(int(turn), v / n if n else None)
 
 
 D = TypeVar("D", bound=msgspec.Struct)
@@ -173,6 +149,10 @@ class Store:
         self.spaces = Spaces(client, self._guard, self.write_set_up)
         # Export and import.
         self.transfer = Transfer(client, self._guard, self.write_set_up)
+        # What each recall session was given, turn by turn.
+        self.sessions = Sessions(client, self._guard)
+        # Which durable writes were applied (claimed by one handler at a time).
+        self.claims = Claims(client, self._guard)
         # New memories written into each pooled namespace since its size was last checked.
         self._pooled_adds: dict[str, int] = {}
         self._policy = HybridPolicy()
@@ -383,59 +363,6 @@ class Store:
             raw, total = await pipe.execute()
         return [_entries.decode(item) for item in raw], int(total)
 
-    # ------------------------------------------------------------------------- sessions
-
-    async def session_turn(
-        self, ns: str, session_id: str, turn: int | None, ttl_s: int, last: int
-    ) -> tuple[int, dict[str, Recalled]]:
-        """Advance the session to its next turn (or to `turn`, if given and later than the
-        count); the turn, and for each memory recalled in the session when that was and its
-        vector. A turn past `last` is returned but not stored (the caller refuses it). The
-        caller holds the session's lock."""
-        key = keys.session_key(ns, session_id)
-        async with self._guard():
-            raw = await self.client.hgetall(key)
-            count = int(raw.pop(_TURN.encode(), 0))
-            state = {
-                text(k): _recalled(v if isinstance(v, bytes) else v.encode())
-                for k, v in raw.items()
-            }
-            now_turn = count + 1 if turn is None else turn
-            if now_turn > last:
-                return now_turn, state
-            pipe = self.client.pipeline(transaction=False)
-            pipe.hset(key, _TURN, max(count, now_turn))
-            pipe.expire(key, ttl_s)
-            await pipe.execute()
-        return now_turn, state
-
-    async def session_count(self, ns: str, session_id: str) -> int:
-        """The session's last turn (0 for a new or expired session)."""
-        async with self._guard():
-            raw = await self.client.hget(keys.session_key(ns, session_id), _TURN)
-        return int(raw) if raw else 0
-
-    async def session_recalled(
-        self,
-        ns: str,
-        session_id: str,
-        turn: int,
-        given: dict[str, np.ndarray | None],
-        stale: list[str],
-        ttl_s: int,
-    ) -> None:
-        """Record that the `given` memories (id -> unit vector, if known) were recalled in
-        `turn`, and forget `stale` ones."""
-        key = keys.session_key(ns, session_id)
-        async with self._guard():
-            pipe = self.client.pipeline(transaction=False)
-            if given:
-                pipe.hset(key, mapping={mid: _recall_entry(turn, v) for mid, v in given.items()})
-            if stale:
-                pipe.hdel(key, *stale)
-            pipe.expire(key, ttl_s)
-            await pipe.execute()
-
     # ------------------------------------------------------------------------- reads by id
 
     async def read(self, ns: str, memory_id: str, now_ms: int) -> Record | None:
@@ -524,27 +451,6 @@ class Store:
         return [
             (None, None) if t is None else (text(t), text(st) if st else "private") for t, st in raw
         ]
-
-    # ------------------------------------------------------------- durable writes
-
-    async def claim_write(self, ns: str, request_id: str, hold_ms: int) -> str | None:
-        """Claim a durable write for applying it: None when claimed now, else its state
-        (`pending`: another handler is applying it; `done` or `rejected`: it was)."""
-        key = keys.applied_key(ns, request_id)
-        async with self._guard():
-            if await self.client.set(key, "pending", nx=True, px=hold_ms):
-                return None
-            state = await self.client.get(key)
-        return text(state) if state is not None else "pending"
-
-    async def finish_write(self, ns: str, request_id: str, state: str, keep_s: int) -> None:
-        async with self._guard():
-            await self.client.set(keys.applied_key(ns, request_id), state, ex=keep_s)
-
-    async def release_write(self, ns: str, request_id: str) -> None:
-        """Give a claim back (the write failed and will be redelivered)."""
-        async with self._guard():
-            await self.client.delete(keys.applied_key(ns, request_id))
 
     async def vectors(self, ns: str, ids: list[str]) -> dict[str, np.ndarray]:
         """Stored embeddings by id (for candidates that the vector query did not return)."""

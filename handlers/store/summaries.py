@@ -22,9 +22,9 @@ from typing import NamedTuple
 
 import redis.asyncio as aioredis
 
+from handlers.store.failures import Guard
 from handlers.store.keys import generation_key
 from handlers.store.record import TypeGroup
-from handlers.store.spaces import Guard
 
 # Generations below this were counted up from a missing key (see the module docstring).
 _FRESH = 1 << 32

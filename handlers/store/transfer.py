@@ -13,11 +13,11 @@ import numpy as np
 import redis.asyncio as aioredis
 
 from handlers.store import keys
+from handlers.store.failures import Guard
 from handlers.store.record import Entry, Record
 from handlers.store.resp import text
 from handlers.store.schema import new_hash
 from handlers.store.scripts import IMPORT_LUA
-from handlers.store.spaces import Guard
 
 # One SCAN call looks at this many keys (of every namespace: SCAN's MATCH filters after).
 SCAN_COUNT = 1000

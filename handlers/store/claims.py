@@ -1,0 +1,37 @@
+"""Durable writes applied at most once: a handler claims a write's request id before applying
+it, and marks it done (or rejected) after, so a redelivery is recognised by any handler."""
+
+from __future__ import annotations
+
+import redis.asyncio as aioredis
+
+from handlers.store import keys
+from handlers.store.failures import Guard
+from handlers.store.resp import text
+
+
+class Claims:
+    """One key per durable write: `pending` while a handler applies it, then its outcome."""
+
+    def __init__(self, client: aioredis.Redis, guard: Guard) -> None:
+        self.client = client
+        self._guard = guard
+
+    async def claim(self, ns: str, request_id: str, hold_ms: int) -> str | None:
+        """Claim a durable write for applying it: None when claimed now, else its state
+        (`pending`: another handler is applying it; `done` or `rejected`: it was)."""
+        key = keys.applied_key(ns, request_id)
+        async with self._guard():
+            if await self.client.set(key, "pending", nx=True, px=hold_ms):
+                return None
+            state = await self.client.get(key)
+        return text(state) if state is not None else "pending"
+
+    async def finish(self, ns: str, request_id: str, state: str, keep_s: int) -> None:
+        async with self._guard():
+            await self.client.set(keys.applied_key(ns, request_id), state, ex=keep_s)
+
+    async def release(self, ns: str, request_id: str) -> None:
+        """Give a claim back (the write failed and will be redelivered)."""
+        async with self._guard():
+            await self.client.delete(keys.applied_key(ns, request_id))
