@@ -48,7 +48,7 @@ MAX_CONTEXT_TEXT_BYTES = 4 * 1024
 MAX_DESCRIBE_TAGS = 1000
 # Longest TTL: 100 years (`ttl_s: 0` is permanent). Beyond it an expiry would pass year 9999.
 MAX_TTL_S = 3_155_760_000
-# Workspaces and states (PROTOCOL v2, seed 002).
+# Workspaces and states.
 MAX_NAME_CHARS = 128
 MAX_DESCRIPTION_CHARS = 4096
 MAX_FOLDER_CHARS = 1024

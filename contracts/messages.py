@@ -57,7 +57,7 @@ SearchMode = Literal["vector", "text", "hybrid"]
 Fusion = Literal["linear", "rrf"]
 MaxTokens = Annotated[int, msgspec.Meta(ge=1, le=1_000_000)]
 StoreScope = Literal["general", "workflow"]
-# Trust-gated stores (seed 004): which one a memory is in; see contracts.subjects for trust.
+# Trust-gated stores: which one a memory is in; see contracts.subjects for trust.
 MemoryStore = Literal["private", "shared", "social"]
 TtlSeconds = Annotated[int, msgspec.Meta(ge=0, le=limits.MAX_TTL_S)]
 Name = Annotated[
@@ -162,7 +162,7 @@ class AddRequest(Request, kw_only=True):
     # near-duplicates (cosine >= `dedup_threshold`, default configured, 0.95); "none" always adds.
     dedup: Literal["exact", "semantic", "none"] = "exact"
     dedup_threshold: Annotated[float, msgspec.Meta(gt=0.0, le=1.0)] | None = None
-    # An observation (seed 004): exact dedup then compares the title plus the facts.
+    # An observation: exact dedup then compares the title plus the facts.
     title: Title | None = None
     facts: Facts = []
     narrative: Narrative | None = None
@@ -381,7 +381,7 @@ class ClearByTypeRequest(Request, kw_only=True):
             )
 
 
-# Workspaces and states (seed 002): named containers, and immutable named save points.
+# Workspaces and states: named containers, and immutable named save points.
 
 
 class CreateWorkspaceRequest(Request, kw_only=True):
@@ -592,7 +592,7 @@ class Memory(msgspec.Struct, kw_only=True):
     superseded_by: str | None = None
     # The workspace it belongs to, or null.
     workspace: str | None = None
-    # The trust-gated store it is in (memories from before stores existed are private).
+    # The trust-gated store it is in (a memory stored without one is private).
     store: MemoryStore = "private"
 
 

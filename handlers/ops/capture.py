@@ -1,5 +1,6 @@
-"""`capture` (PROTOCOL v2, seed 004): the record of one tool run, published by an agent
-runtime after each tool call, stored as its own `trace` memory (never folded by dedup).
+"""`capture`: the record of one tool run, published by an agent runtime after each tool call,
+stored as its own `trace` memory (never folded by dedup; docs/protocol.md, "Capture of tool
+runs").
 
 The trace is an observation: title `Tool run: <tool>`, narrative the arguments and the
 output (each cut), facts `tool: <tool>` and `error: <bool>`, tags `tool` and the tool's name,
@@ -21,7 +22,7 @@ from handlers.ops.deps import Deps
 from handlers.ops.registry import handles
 from handlers.ops.writes import add
 
-# Arguments whose values name files (seed 004: Coop's file hints).
+# Arguments whose values name files: they become the trace's `related_files`.
 FILE_ARGS = ("path", "file", "target", "from", "to")
 _NOT_TAG = re.compile(r"[^a-z0-9_:.-]+")
 _encoder = msgspec.json.Encoder()

@@ -12,6 +12,7 @@ from contracts import limits
 from contracts.messages import Context
 from contracts.types import TypeConfig, TypeTable
 from handlers.errors import InvalidRequest, TooLarge
+from handlers.ops.deps import Deps
 
 _encoder = msgspec.json.Encoder()
 
@@ -104,3 +105,12 @@ def check_context(ctx: Context) -> None:
                 f"`context.{name}` is {len(text.encode())} bytes; the limit is"
                 f" {limits.MAX_CONTEXT_TEXT_BYTES} (4 KiB). Summarise it."
             )
+
+
+async def unseen_ids(ns: str, ids: list[str], deps: Deps) -> set[str]:
+    """The ids of memories that exist in stores the caller cannot see: every operation
+    answers them as missing, so that ids do not leak across trust levels."""
+    if deps.access.stores is None or not ids:
+        return set()
+    stores = await deps.store.stores(ns, ids)
+    return {mid for mid, st in zip(ids, stores, strict=True) if st and not deps.access.sees(st)}

@@ -1,4 +1,4 @@
-"""The Coop tools (seed 004) beside `history`: `timeline`, the memories around one, and
+"""Reading memories as a conversation, beside `history`: `timeline`, the memories around one, and
 `people`, who the memories in scope name. Both read only live memories the scope sees."""
 
 from __future__ import annotations

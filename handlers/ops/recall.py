@@ -1,5 +1,5 @@
-"""`recall`: what an agent runtime asks before every model turn (SpaceBot V2's pre-turn
-injection, seed 003), with no model call of its own.
+"""`recall`: what an agent runtime asks before every model turn (pre-turn injection),
+with no model call of its own.
 
 Path 1 needs no search: identity memories, important ones and recent ones. Path 2 is the
 default search with the turn's message. Candidates are then deduplicated twice: by id against

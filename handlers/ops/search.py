@@ -64,7 +64,7 @@ async def search(ns: str, req: SearchRequest, deps: Deps) -> SearchReply:
     ranked = found.ranked
     if req.diversify is not None and req.diversify < 1.0 and len(ranked) > 1:
         ranked = await _diversified(ns, ranked, req.diversify, _mmr_depth(req.limit), deps)
-    results = await _winners(ns, req, deps, ranked, now)
+    results = await _read_results(ns, req, deps, ranked, now)
     return SearchReply(results=results, mode=found.mode)
 
 
@@ -124,7 +124,7 @@ async def ranked_candidates(ns: str, req: SearchRequest, deps: Deps, now: int) -
             c.text_rank[m.id] = i
         if vec is not None:
             full = (len(nearest) >= k, len(matches) >= k)
-            await _complete(ns, req, deps, c, vec, terms, where, full, now)
+            await _fill_missing_scores(ns, req, deps, c, vec, terms, where, full, now)
 
     return Found(mode, _ranked(mode, req, deps, c, now), vec)
 
@@ -137,7 +137,7 @@ def _fusion(req: SearchRequest, deps: Deps) -> str:
     return req.fusion or deps.settings.hybrid_fusion
 
 
-async def _complete(
+async def _fill_missing_scores(
     ns: str,
     req: SearchRequest,
     deps: Deps,
@@ -159,7 +159,7 @@ async def _complete(
     unscored = [mid for mid in c.cosines if mid not in c.texts] if text_full else []
     if linear:
         depth = req.limit if req.diversify is None else _mmr_depth(req.limit)
-        bar = _known_bar(c, depth, deps, now)
+        bar = _score_to_beat(c, depth, deps, now)
         if knn_full:
             low_cos = min(c.cosines.values())
             extra = [m for m in extra if _total(c.pool[m], low_cos, c.texts[m], deps, now) >= bar]
@@ -225,7 +225,7 @@ def _total(m: Candidate, cos: float, txt: float, deps: Deps, now: int) -> float:
     return _final(m, ranking.fuse_linear(cos, txt, deps.settings.hybrid_alpha), deps, now)
 
 
-def _known_bar(c: Candidates, depth: int, deps: Deps, now: int) -> float:
+def _score_to_beat(c: Candidates, depth: int, deps: Deps, now: int) -> float:
     """The `depth`-th best score known for sure (a missing text score counts as 0, so it can
     only rise): a candidate whose best possible score is below it cannot make the results."""
     known = sorted(
@@ -255,7 +255,7 @@ async def _nothing() -> list[Candidate]:
     return []
 
 
-async def _winners(
+async def _read_results(
     ns: str, req: SearchRequest, deps: Deps, ranked: list[Ranked], now: int
 ) -> list[ScoredMemory]:
     """Read the best candidates' records until `limit` (or the token budget) is reached. Only

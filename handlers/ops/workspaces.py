@@ -1,5 +1,5 @@
-"""Workspaces and states (PROTOCOL v2, seed 002): nine operations with the seed's lean
-replies and its recovery-oriented errors.
+"""Workspaces and states (docs/protocol.md, "Workspaces and states"): nine operations with
+lean replies and recovery-oriented errors.
 
 A workspace is a named container (its own Redis hash, see `store.spaces`); memories name it
 in their `workspace` field. A state is an immutable save point: a memory of type `state` in

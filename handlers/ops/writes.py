@@ -27,6 +27,7 @@ from handlers.ops.checks import (
     check_narrative,
     check_no_nul,
     type_config,
+    unseen_ids,
 )
 from handlers.ops.clock import expires_ms, expiry_dt, ms_to_dt
 from handlers.ops.deps import Deps
@@ -111,15 +112,6 @@ async def _near_duplicate(
         if rec is not None:
             return rec
     return None
-
-
-async def hidden(ns: str, ids: list[str], deps: Deps) -> set[str]:
-    """The ids of memories that exist in stores the caller cannot see: every operation
-    answers them as missing, so that ids do not leak across trust levels."""
-    if deps.access.stores is None or not ids:
-        return set()
-    stores = await deps.store.stores(ns, ids)
-    return {mid for mid, st in zip(ids, stores, strict=True) if st and not deps.access.sees(st)}
 
 
 def target_store(req: AddRequest, deps: Deps) -> str:
@@ -224,7 +216,7 @@ async def _supersede(ns: str, req: AddRequest, reply: AddReply, deps: Deps) -> N
     store the caller cannot see: that is missing)."""
     now = deps.clock()
     ids = [mid for mid in dict.fromkeys(req.supersedes) if mid != reply.id]
-    unseen = await hidden(ns, ids, deps)
+    unseen = await unseen_ids(ns, ids, deps)
     if unseen:
         ids = [mid for mid in ids if mid not in unseen]
         reply.missing.extend(unseen)
@@ -358,7 +350,7 @@ async def _delete_and_announce(
 @handles(DeleteRequest)
 async def delete(ns: str, req: DeleteRequest, deps: Deps) -> DeleteReply:
     ids = list(dict.fromkeys(req.ids))
-    unseen = await hidden(ns, ids, deps)
+    unseen = await unseen_ids(ns, ids, deps)
     deleted, missing = await _delete_and_announce(
         ns, [mid for mid in ids if mid not in unseen], req, deps
     )

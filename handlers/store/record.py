@@ -52,7 +52,7 @@ class Record(Summary, kw_only=True):
     content_hash: str = ""
     # The `context.session_id` of the add that wrote it.
     session_id: str | None = None
-    # Observation fields (seed 004).
+    # Observation fields (docs/protocol.md, "Observations").
     title: str | None = None
     facts: list[str] = []
     narrative: str | None = None
@@ -62,8 +62,8 @@ class Record(Summary, kw_only=True):
     superseded_by: str | None = None
     # The name of the workspace it belongs to.
     workspace: str | None = None
-    # Its trust-gated store: private, shared or social. A hash written before stores existed
-    # has no such field and decodes as private.
+    # Its trust-gated store: private, shared or social. A hash without the field (written by an
+    # older version) decodes as private.
     store: str = "private"
 
 

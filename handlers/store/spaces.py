@@ -1,4 +1,4 @@
-"""Workspaces and the names of their states (seed 002), in Redis.
+"""Workspaces and the names of their states, in Redis.
 
 A workspace is one hash (`keys.workspace_key`, each field's value JSON) and a member of the
 namespace's index (a sorted set, by creation time). A state is a memory of type `state`
@@ -91,8 +91,8 @@ _NO_WORKSPACE = "no_workspace"  # what the state scripts return for a missing wo
 _UNSET = "unset"  # ... and for a namespace Redis lost (no tier key)
 
 
-# Store.write_set_up: run a write script, set the namespace up again if it answers `unset`.
-WriteSetUp = Callable[[str, Callable[[], Awaitable[str]], object], Awaitable[str]]
+# Store.write_with_setup: run a write script, set the namespace up again if it answers `unset`.
+WriteWithSetup = Callable[[str, Callable[[], Awaitable[str]], object], Awaitable[str]]
 
 
 class NoWorkspace(Exception):
@@ -106,12 +106,12 @@ class Spaces:
         self,
         client: aioredis.Redis,
         guard: Guard,
-        write_set_up: WriteSetUp,
+        write_with_setup: WriteWithSetup,
     ) -> None:
         self.client = client
         self._guard = guard
         # Runs a record write, setting the namespace up again if Redis lost it (Store's).
-        self._write_set_up = write_set_up
+        self._write_set_up = write_with_setup
         self._create_workspace = client.register_script(CREATE_WORKSPACE_LUA)
         self._update_workspace = client.register_script(UPDATE_WORKSPACE_LUA)
         self._create_state = client.register_script(CREATE_STATE_LUA)

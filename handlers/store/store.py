@@ -146,9 +146,9 @@ class Store:
             client, NamespaceMeta(embedder_name, dimension), self._guard, pool_max
         )
         # Workspaces and the names of states.
-        self.spaces = Spaces(client, self._guard, self.write_set_up)
+        self.spaces = Spaces(client, self._guard, self.write_with_setup)
         # Export and import.
-        self.transfer = Transfer(client, self._guard, self.write_set_up)
+        self.transfer = Transfer(client, self._guard, self.write_with_setup)
         # What each recall session was given, turn by turn.
         self.sessions = Sessions(client, self._guard)
         # Which durable writes were applied (claimed by one handler at a time).
@@ -168,7 +168,9 @@ class Store:
         self._locks = Locks(client, self._guard)
         self.summaries = Summaries(client, self._guard)
 
-    async def write_set_up(self, ns: str, write: Callable[[], Awaitable[T]], unset: object) -> T:
+    async def write_with_setup(
+        self, ns: str, write: Callable[[], Awaitable[T]], unset: object
+    ) -> T:
         """Run a write script that answers `unset` (writing nothing) when the namespace has
         no tier key: Redis lost the namespace, so set it up anew and write once more."""
         async with self._guard():
@@ -228,7 +230,7 @@ class Store:
         dedup = keys.dedup_key(ns, rec.content_hash)
         add_keys = [dedup, keys.record_key(ns, rec.id), keys.generation_key(ns), keys.tier_key(ns)]
         space = await self.indexes.get(ns)
-        out = await self.write_set_up(
+        out = await self.write_with_setup(
             ns, lambda: self._add(keys=add_keys, args=args + _args(fields)), _UNSET
         )
         if out == 1:
@@ -439,7 +441,7 @@ class Store:
 
     async def stores(self, ns: str, ids: list[str]) -> list[str | None]:
         """The store of each memory (None where there is no such memory; `private` for one
-        written before stores existed)."""
+        whose hash has no store field)."""
         return [store for _, store in await self._type_and_store(ns, ids)]
 
     async def _type_and_store(self, ns: str, ids: list[str]) -> list[tuple[str | None, ...]]:

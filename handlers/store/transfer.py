@@ -25,14 +25,16 @@ SCAN_COUNT = 1000
 # millions of other keys costs a few pages instead of one long call.
 SCAN_BUDGET_S = 0.2
 _UNSET = 2
-WriteSetUp = Callable[[str, Callable[[], Awaitable[Any]], object], Awaitable[Any]]
+WriteWithSetup = Callable[[str, Callable[[], Awaitable[Any]], object], Awaitable[Any]]
 
 
 class Transfer:
-    def __init__(self, client: aioredis.Redis, guard: Guard, write_set_up: WriteSetUp) -> None:
+    def __init__(
+        self, client: aioredis.Redis, guard: Guard, write_with_setup: WriteWithSetup
+    ) -> None:
         self._client = client
         self._guard = guard
-        self._write_set_up = write_set_up
+        self._write_set_up = write_with_setup
         self._import = client.register_script(IMPORT_LUA)
 
     async def scan(self, ns: str, cursor: int, limit: int) -> tuple[list[str], int]:

@@ -1,4 +1,4 @@
-"""Capture of tool runs (PROTOCOL v2, seed 004): each run becomes its own `trace`."""
+"""Capture of tool runs: each run becomes its own `trace`."""
 
 from __future__ import annotations
 

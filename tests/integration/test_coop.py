@@ -1,4 +1,4 @@
-"""`timeline` and `people` (PROTOCOL v2, the Coop tools)."""
+"""`timeline` and `people`: reading memories as a conversation."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Faults with real processes (issue 11): a handler SIGKILLed during durable and during
+"""Faults with real processes: a handler SIGKILLed during durable and during
 request/reply writes (SIGSTOPped first until writes are provably in its hands), Redis and
 NATS stopped (SIGTERM) or killed (SIGKILL) and restarted during writes, a handler started
 while Redis is down. Each test ends with: every acknowledged write is there exactly once

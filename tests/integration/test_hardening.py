@@ -1,4 +1,4 @@
-"""Regressions from an adversarial review (issue 10): each test is one way the service
+"""Regressions from an adversarial review: each test is one way the service
 failed under hostile or heavy traffic, now answered properly."""
 
 from __future__ import annotations

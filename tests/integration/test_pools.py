@@ -1,4 +1,4 @@
-"""Small namespaces share a pool index; one that outgrows it gets its own (issue 11).
+"""Small namespaces share a pool index; one that outgrows it gets its own.
 
 Isolation in a pool rests on the `pool` filter that every query carries, so these tests
 check it on every read a namespace has, and that a promotion loses nothing: not the memories

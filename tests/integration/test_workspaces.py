@@ -1,4 +1,4 @@
-"""Workspaces and immutable states (PROTOCOL v2, seed 002) against the real bus."""
+"""Workspaces and immutable states against the real bus."""
 
 from __future__ import annotations
 
