@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np
 import redis
 import redis.asyncio as aioredis
-from capacity import CpuCost, CpuMeter, print_costs, usable_cores
+from capacity import CpuCost, CpuMeter, print_costs
 from corpus import (
     WORKFLOWS,
     Agents,
@@ -47,6 +47,7 @@ from corpus import (
     summarize,
 )
 from corpus import make_queries as corpus_queries
+from measure import percentile, usable_cores
 from redis.utils import HIREDIS_AVAILABLE
 from redisvl.query import VectorQuery
 from redisvl.query.filter import FilterExpression
@@ -112,8 +113,7 @@ async def timed(n: int, call: Call, warmup: bool = True) -> list[float]:
 
 
 def pct(samples: list[float]) -> tuple[float, float]:
-    q = statistics.quantiles(samples, n=100, method="inclusive")
-    return q[49], q[98]
+    return percentile(samples, 50), percentile(samples, 99)
 
 
 def log_marks(log_dir: Path) -> dict[Path, int]:

@@ -34,7 +34,6 @@ import asyncio
 import itertools
 import os
 import platform
-import statistics
 import sys
 import time
 from collections import Counter
@@ -48,35 +47,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import redis.asyncio as aioredis
 from corpus import Agents, load, make_corpus, make_queries, summarize
+from measure import (
+    CLK_TCK,
+    CommandStats,
+    box_cpu_ms,
+    command_stats,
+    percentile,
+    proc_cpu_ms,
+    usable_cores,
+)
 
 from bus import MemoryBus
 from bus.errors import BusError
 from deploy.embedded import EmbeddedStack, wait_for_handlers
 
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 ROLES = ("handlers", "redis", "nats", "client")
 H_VALUES = (1, 2, 4, 8, 16)
-
-
-def usable_cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
-def proc_cpu_ms(pid: int, tid: int | None = None) -> float:
-    """utime + stime of a process (all its threads, live and ended) or of one thread, in ms."""
-    path = f"/proc/{pid}/task/{tid}/stat" if tid is not None else f"/proc/{pid}/stat"
-    raw = Path(path).read_bytes()
-    # The command name (field 2) may hold spaces or ')': fields resume after the last ')'.
-    fields = raw[raw.rindex(b")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) * 1000.0 / CLK_TCK  # fields 14, 15 of stat(5)
-
-
-def box_cpu_ms() -> tuple[float, float]:
-    """Whole-machine (busy, steal) CPU ms since boot, all cores, from /proc/stat's cpu line."""
-    with open("/proc/stat", "rb") as fh:
-        vals = [int(v) for v in fh.readline().split()[1:9]]
-    user, nice, system, _idle, _iowait, irq, softirq, steal = vals
-    return (user + nice + system + irq + softirq) * 1000.0 / CLK_TCK, steal * 1000.0 / CLK_TCK
 
 
 @dataclass(frozen=True)
@@ -256,15 +242,6 @@ def print_model(name: str, cost: CpuCost, nats_cores: float, hs: Sequence[int] =
     print(f"  Redis's main thread saturates at H = {redis_saturation(cost):.1f} handlers")
 
 
-CommandStats = dict[str, tuple[int, int]]  # command -> (calls, usec)
-
-
-async def command_stats(client: aioredis.Redis) -> CommandStats:
-    """Redis's own per-command counters (INFO commandstats): where its main thread goes."""
-    info = await client.info("commandstats")
-    return {k.removeprefix("cmdstat_"): (int(v["calls"]), int(v["usec"])) for k, v in info.items()}
-
-
 def command_delta(
     before: CommandStats, after: CommandStats, ops: int
 ) -> list[tuple[str, float, float]]:
@@ -349,12 +326,6 @@ async def sequential(
         await call(done)
         done += 1
     return meter.since(before, done)
-
-
-def pct(samples: Sequence[float], q: float) -> float:
-    if len(samples) < 2:
-        return samples[0] if samples else float("nan")
-    return statistics.quantiles(samples, n=100, method="inclusive")[round(q) - 1]
 
 
 async def run(args: argparse.Namespace) -> None:
@@ -443,7 +414,7 @@ async def run(args: argparse.Namespace) -> None:
             x = model(cost, h, args.nats_cores).ops
             box, left = box_bound(cost, cores), box_bound(cost, free)
             pred, pred_left = min(x, box), min(x, left)
-            lat = f"{pct(loop.latencies, 50):.1f}/{pct(loop.latencies, 99):.1f}"
+            lat = f"{percentile(loop.latencies, 50):.1f}/{percentile(loop.latencies, 99):.1f}"
             errs = ", ".join(f"{k} {v}" for k, v in loop.errors.items()) or "none"
             print(
                 f"{name:<7} {source:<12} {x:>7,.0f} {box:>7,.0f} {pred:>7,.0f} {left:>7,.0f}"

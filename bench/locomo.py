@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 import redis.asyncio as aioredis
+from measure import command_stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -125,8 +126,7 @@ def summary(ranks: list[int | None]) -> tuple[float, float, float, float]:
 
 async def search_usec(rds: aioredis.Redis) -> tuple[int, int]:
     """FT.SEARCH calls and the microseconds Redis spent in them since the last reset."""
-    stats = (await rds.info("commandstats")).get("cmdstat_FT.SEARCH", {})
-    return int(stats.get("calls", 0)), int(stats.get("usec", 0))
+    return (await command_stats(rds)).get("FT.SEARCH", (0, 0))
 
 
 async def run(embedder: str, files: list[Path], alpha: str | None, modes: list[Mode]) -> None:

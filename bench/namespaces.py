@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import os
 import random
 import statistics
 import time
@@ -51,6 +50,7 @@ from typing import Any
 
 import numpy as np
 import redis
+from measure import percentile, proc_cpu_ms
 from redisvl.query import VectorQuery
 from redisvl.query.filter import FilterExpression, Tag
 from redisvl.schema import IndexSchema
@@ -244,12 +244,6 @@ def used_memory(r: redis.Redis) -> tuple[int, int]:
     return int(m["used_memory"]), int(m["used_memory_rss"])
 
 
-def cpu_s(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as fh:
-        parts = fh.read().rsplit(")", 1)[1].split()
-    return (int(parts[11]) + int(parts[12])) / os.sysconf("SC_CLK_TCK")
-
-
 # ---------------------------------------------------------------------------------- stats
 
 
@@ -257,16 +251,10 @@ def ms(t0: int, t1: int) -> float:
     return (t1 - t0) / 1e6
 
 
-def pct(samples: list[float], p: int) -> float:
-    if len(samples) == 1:
-        return samples[0]
-    return statistics.quantiles(samples, n=100, method="inclusive")[p - 1]
-
-
 def fmt(samples: list[float]) -> str:
     if not samples:
         return "-"
-    return f"p50 {pct(samples, 50):7.2f}  p99 {pct(samples, 99):7.2f} ms"
+    return f"p50 {percentile(samples, 50):7.2f}  p99 {percentile(samples, 99):7.2f} ms"
 
 
 def timed(n: int, call: Callable[[int], Any]) -> list[float]:
@@ -330,8 +318,9 @@ def create_namespaces(
             mem, rss = used_memory(r)
             print(
                 f"  ns {lo + 1:>6}-{i + 1:<6} first add {fmt(b.total)}"
-                f" | create p50 {pct(b.create, 50):6.2f} wait p50 {pct(b.wait, 50):6.2f}"
-                f" (max {max(b.wait):6.1f}) hset p50 {pct(b.hset, 50):5.2f}"
+                f" | create p50 {percentile(b.create, 50):6.2f}"
+                f" wait p50 {percentile(b.wait, 50):6.2f}"
+                f" (max {max(b.wait):6.1f}) hset p50 {percentile(b.hset, 50):5.2f}"
                 f" | used {mem / 2**20:7.0f} MB rss {rss / 2**20:7.0f} MB"
                 f" | {time.monotonic() - t_start:5.0f} s",
                 flush=True,
@@ -473,7 +462,9 @@ def knn_report(
         for policy in ("ADHOC_BF", "BATCHES"):
             lat, _ = knn_queries(r, name, where, policy, queries, vector_field)
             mark = "*" if policy == chosen else " "
-            row.append(f"{policy}{mark} p50 {pct(lat, 50):6.2f} p99 {pct(lat, 99):6.2f}")
+            row.append(
+                f"{policy}{mark} p50 {percentile(lat, 50):6.2f} p99 {percentile(lat, 99):6.2f}"
+            )
         print(f"    {fname:>6} filter ({matches:>5} match): " + " | ".join(row), flush=True)
 
 
@@ -618,9 +609,9 @@ def run(args: argparse.Namespace, r: redis.Redis, pid: int) -> None:
 
     print(f"- HSET with {n} namespaces:")
     hset_probe(r, variant, data, args.probe, f"{n + 1} indexes" if not variant.shared else "shared")
-    c0 = cpu_s(pid)
+    c0 = proc_cpu_ms(pid) / 1000
     time.sleep(args.idle)
-    idle = 100 * (cpu_s(pid) - c0) / args.idle
+    idle = 100 * (proc_cpu_ms(pid) / 1000 - c0) / args.idle
     print(f"- server CPU while idle with {n} namespaces: {idle:.1f}%")
 
     if not variant.shared and args.scan_test:

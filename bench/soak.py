@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 import redis.asyncio as aioredis
+from measure import percentile, proc_cpu_ms, proc_rss_mib
 
 from bus import MemoryBus
 from bus.client import AgentMemory
@@ -361,36 +362,21 @@ class Config:
 # ----------------------------------------------------------------------------- figures
 
 
-def pct(values: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile of sorted `values` (nan if empty)."""
-    if not values:
-        return math.nan
-    return values[max(0, math.ceil(q * len(values)) - 1)]
-
-
 def lat_summary(values: Sequence[float]) -> dict[str, float | int]:
     s = sorted(values)
-    return {"n": len(s), "p50": pct(s, 0.50), "p99": pct(s, 0.99), "max": s[-1] if s else math.nan}
+    return {
+        "n": len(s),
+        "p50": percentile(s, 50),
+        "p99": percentile(s, 99),
+        "max": s[-1] if s else math.nan,
+    }
 
 
-def proc_rss_mib(pid: int) -> float | None:
+def _cpu_s(pid: int) -> float | None:
     try:
-        with open(f"/proc/{pid}/status") as fh:
-            for line in fh:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024.0
-    except OSError:
+        return proc_cpu_ms(pid) / 1000
+    except (OSError, ValueError):
         return None
-    return None
-
-
-def proc_cpu_s(pid: int) -> float | None:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def slope(xs: Sequence[float], ys: Sequence[float]) -> float:
@@ -574,7 +560,9 @@ def summary(rows: list[dict[str, Any]], stats: Stats, n_handlers: int, interrupt
         lines.append(verdict(f"{name} RSS", xs, vals_fit, "MiB", tol))
     p99_fit = [r["p99_ms"] for r in fit]
     good = sorted(v for v in p99_fit if v is not None)
-    lines.append(verdict("p99", xs, p99_fit, "ms", max(1.0, 0.25 * pct(good, 0.5)) if good else 0))
+    lines.append(
+        verdict("p99", xs, p99_fit, "ms", max(1.0, 0.25 * percentile(good, 50)) if good else 0)
+    )
     ops_fit = [r["ops_s"] for r in fit]
     lines.append(
         verdict("ops/s", xs, ops_fit, "ops/s", 0.1 * (sum(ops_fit) / len(fit)) if fit else 0)
@@ -605,14 +593,14 @@ class Sampler:
     def __init__(self, stack: EmbeddedStack, handlers: list[subprocess.Popen[bytes]]) -> None:
         self.stack = stack
         self.handlers = handlers
-        self.cpu = {p.pid: proc_cpu_s(p.pid) for p in self._procs()}
-        self.cpu[os.getpid()] = proc_cpu_s(os.getpid())
+        self.cpu = {p.pid: _cpu_s(p.pid) for p in self._procs()}
+        self.cpu[os.getpid()] = _cpu_s(os.getpid())
 
     def _procs(self) -> list[subprocess.Popen[bytes]]:
         return [*self.handlers, *self.stack.servers.values()]
 
     def cpu_pct(self, pid: int, dt: float) -> float | None:
-        now, before = proc_cpu_s(pid), self.cpu.get(pid)
+        now, before = _cpu_s(pid), self.cpu.get(pid)
         self.cpu[pid] = now
         return None if now is None or before is None else 100.0 * (now - before) / dt
 
@@ -634,8 +622,8 @@ class Sampler:
             "error_count": sum(bucket.errors.values()),
             "errors": dict(bucket.errors),
             "errors_by_op": dict(bucket.errors_by_op),
-            "p50_ms": rnd(pct(every, 0.50), 3),
-            "p99_ms": rnd(pct(every, 0.99), 3),
+            "p50_ms": rnd(percentile(every, 50), 3),
+            "p99_ms": rnd(percentile(every, 99), 3),
             "max_ms": rnd(every[-1] if every else math.nan, 3),
             "by_op": {
                 op: {k2: rnd(float(v), 3) for k2, v in lat_summary(bucket.lat[op]).items()}
@@ -827,7 +815,7 @@ async def amain(args: argparse.Namespace) -> int:
         env = {"MEMBUS_EMBEDDER": args.embedder, **extra_env}
         procs = stack.start_handlers(args.handlers, env=env)
         await wait_for_handlers(stack.nats_url, args.handlers, procs)
-        pids = {"handlers": [p.pid for p in procs]}
+        pids: dict[str, Any] = {"handlers": [p.pid for p in procs]}
         pids |= {name: p.pid for name, p in stack.servers.items()}
         print(f"stack up: {stack.nats_url}, {stack.redis_url}, pids {pids}; rows -> {out_path}\n")
         bus = await MemoryBus.connect(

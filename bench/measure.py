@@ -1,0 +1,72 @@
+"""What every bench measures with: percentiles, a process's CPU and memory from /proc, and
+Redis's own time per command (INFO commandstats, which does not depend on the core count).
+
+The benches run as scripts (`python bench/<name>.py`), so they import this as `measure`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+
+import redis.asyncio as aioredis
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def percentile(samples: Sequence[float], q: float) -> float:
+    """The `q`th percentile (0..100) of `samples`, interpolated between the nearest ones
+    (statistics' inclusive method); one sample is its own percentile, none is nan."""
+    if len(samples) < 2:
+        return samples[0] if samples else math.nan
+    if q >= 100:
+        return max(samples)
+    if q <= 0:
+        return min(samples)
+    cuts = statistics.quantiles(samples, n=1000, method="inclusive")
+    return cuts[max(0, min(len(cuts) - 1, round(q * 10) - 1))]
+
+
+def usable_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def proc_cpu_ms(pid: int, tid: int | None = None) -> float:
+    """utime + stime of a process (all its threads, live and ended) or of one thread, in ms."""
+    path = f"/proc/{pid}/task/{tid}/stat" if tid is not None else f"/proc/{pid}/stat"
+    raw = Path(path).read_bytes()
+    # The command name (field 2) may hold spaces or ')': fields resume after the last ')'.
+    fields = raw[raw.rindex(b")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) * 1000.0 / CLK_TCK  # fields 14, 15 of stat(5)
+
+
+def proc_rss_mib(pid: int) -> float | None:
+    """A process's resident memory (VmRSS), None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        return None
+    return None
+
+
+def box_cpu_ms() -> tuple[float, float]:
+    """Whole-machine (busy, steal) CPU ms since boot, all cores, from /proc/stat's cpu line."""
+    with open("/proc/stat", "rb") as fh:
+        vals = [int(v) for v in fh.readline().split()[1:9]]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = vals
+    return (user + nice + system + irq + softirq) * 1000.0 / CLK_TCK, steal * 1000.0 / CLK_TCK
+
+
+CommandStats = dict[str, tuple[int, int]]  # command -> (calls, usec)
+
+
+async def command_stats(client: aioredis.Redis) -> CommandStats:
+    """Redis's own per-command counters (INFO commandstats): where its main thread goes."""
+    info = await client.info("commandstats")
+    return {k.removeprefix("cmdstat_"): (int(v["calls"]), int(v["usec"])) for k, v in info.items()}
