@@ -18,10 +18,10 @@ from nats.aio.msg import Msg
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.errors import APIError, NoStreamResponseError
-from opentelemetry import propagate, trace
-from opentelemetry.trace import ProxyTracerProvider, SpanKind
+from opentelemetry.trace import SpanKind
 
 from bus.errors import BusTimeout, InvalidRequest, Unavailable, error_for
+from bus.tracing import sending
 from contracts import limits
 from contracts.messages import (
     AddReply,
@@ -180,45 +180,6 @@ def _decoder(reply_type: type[R]) -> msgspec.json.Decoder[R]:
     return dec
 
 
-# Traces: when the application has set up an OpenTelemetry SDK, each send is a span
-# (`membus <op>`) whose context travels in the NATS headers to the handler, whose spans join
-# the same trace. With opentelemetry-api alone (a no-op) a send costs one check, no span.
-_tracer = trace.get_tracer("memory_bus.client")
-
-
-def _traced() -> bool:
-    """Whether a send is traced: an SDK is set up, or the caller runs inside a span context
-    it was given (which is then passed on)."""
-    return trace.get_current_span().get_span_context().is_valid or not isinstance(
-        trace.get_tracer_provider(), ProxyTracerProvider
-    )
-
-
-@contextlib.contextmanager
-def _send_span(
-    op: str, subject: str, namespace: str, kind: SpanKind, headers: dict[str, str]
-) -> Iterator[dict[str, str]]:
-    attributes = {
-        "messaging.system": "nats",
-        "messaging.destination.name": subject,
-        "membus.namespace": namespace,
-        "membus.op": op,
-    }
-    # An exception leaving the block is recorded on the span, which is then an error.
-    with _tracer.start_as_current_span(f"membus {op}", kind=kind, attributes=attributes):
-        propagate.inject(headers)
-        yield headers
-
-
-def _sending(
-    op: str, subject: str, namespace: str, kind: SpanKind, headers: dict[str, str] | None = None
-) -> contextlib.AbstractContextManager[dict[str, str] | None]:
-    """Around one send: yields the headers to send (`headers` plus the trace context)."""
-    if not _traced():
-        return contextlib.nullcontext(headers)
-    return _send_span(op, subject, namespace, kind, {} if headers is None else headers)
-
-
 log = structlog.get_logger("membus.client")
 
 
@@ -362,7 +323,7 @@ class MemoryBus:
         """The subject of `op` at this connection's trust, and the headers carrying the
         trace context of the request's span (an exception leaving it marks the span)."""
         subject = request_subject(self.namespace, op, self.trust)
-        with _sending(op, subject, self.namespace, SpanKind.CLIENT) as headers:
+        with sending(op, subject, self.namespace, SpanKind.CLIENT) as headers:
             yield subject, headers
 
     async def _send(
@@ -397,7 +358,7 @@ class MemoryBus:
         durable = self._stream is not False
         subject = request_subject(self.namespace, op, self.trust, durable=durable)
         ids = {"Nats-Msg-Id": uuid.uuid4().hex} if durable else None
-        with _sending(op, subject, self.namespace, SpanKind.PRODUCER, ids) as headers:
+        with sending(op, subject, self.namespace, SpanKind.PRODUCER, ids) as headers:
             await self.nc.publish(subject, data, headers=headers)
 
     async def _probe_stream(self, op: str, data: bytes) -> None:
@@ -408,7 +369,7 @@ class MemoryBus:
             self._js = self.nc.jetstream()
         ids = {"Nats-Msg-Id": uuid.uuid4().hex}
         try:
-            with _sending(op, subject, self.namespace, SpanKind.PRODUCER, ids) as headers:
+            with sending(op, subject, self.namespace, SpanKind.PRODUCER, ids) as headers:
                 await self._js.publish(subject, data, timeout=self.timeout, headers=headers)
             self._stream = True
         except NatsTimeoutError:
@@ -416,7 +377,7 @@ class MemoryBus:
         except (NoRespondersError, NoStreamResponseError, APIError):
             self._stream = False
             plain = request_subject(self.namespace, op, self.trust)
-            with _sending(op, plain, self.namespace, SpanKind.PRODUCER) as headers:
+            with sending(op, plain, self.namespace, SpanKind.PRODUCER) as headers:
                 await self.nc.publish(plain, data, headers=headers)
         finally:
             self._probing = None
@@ -432,7 +393,7 @@ class MemoryBus:
         subject = request_subject(self.namespace, op, self.trust, durable=True)
         data = _encoder.encode(body)
         # One span for the attempts; the handler's span of the write is its child.
-        with _sending(
+        with sending(
             op, subject, self.namespace, SpanKind.PRODUCER, {"Nats-Msg-Id": request_id}
         ) as headers:
             for attempt in range(DURABLE_ATTEMPTS):

@@ -210,18 +210,18 @@ def test_without_an_sdk_the_client_sends_no_headers_but_passes_a_given_context_o
         """
         from opentelemetry import trace
         from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags
-        from bus.client import _sending, _traced
+        from bus.tracing import sending, traced
 
-        assert not _traced()
-        with _sending("add", "mem.x.add", "x", SpanKind.CLIENT) as headers:
+        assert not traced()
+        with sending("add", "mem.x.add", "x", SpanKind.CLIENT) as headers:
             assert headers is None
-        with _sending("add", "memq.x.add", "x", SpanKind.PRODUCER, {"Nats-Msg-Id": "1"}) as h:
+        with sending("add", "memq.x.add", "x", SpanKind.PRODUCER, {"Nats-Msg-Id": "1"}) as h:
             assert h == {"Nats-Msg-Id": "1"}
 
         given = SpanContext(0xABC, 0xDEF, is_remote=True, trace_flags=TraceFlags(1))
         with trace.use_span(NonRecordingSpan(given)):
-            assert _traced()
-            with _sending("add", "mem.x.add", "x", SpanKind.CLIENT) as headers:
+            assert traced()
+            with sending("add", "mem.x.add", "x", SpanKind.CLIENT) as headers:
                 assert headers is not None
                 assert headers["traceparent"] == f"00-{0xABC:032x}-{0xDEF:016x}-01", headers
         print("ok")
