@@ -8,7 +8,7 @@ import inspect
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from datetime import datetime
-from typing import Any, Concatenate, Literal, ParamSpec, TypeVar, overload
+from typing import Any, Concatenate, Literal, ParamSpec, TypedDict, TypeVar, Unpack, overload
 
 import msgspec
 import nats
@@ -592,6 +592,21 @@ def decode_event(msg: Msg) -> Event:
     return _event_decoder.decode(msg.data)
 
 
+class Filters(TypedDict, total=False):
+    """What a read (`search`, `list`) may be narrowed by, on top of the handle's scope."""
+
+    # both (default): this workflow's and general memories; workflow; general.
+    scope: Literal["both", "workflow", "general"]
+    # Only these types; only memories with ANY of these tags; naming ANY of these people.
+    types: Sequence[str] | None
+    tags: Sequence[str] | None
+    people: Sequence[str] | None
+    # Also memories a newer one superseded (default False).
+    include_superseded: bool
+    # Only this workspace's (default: the handle's, if it has one).
+    workspace: str | None
+
+
 class AgentMemory:
     """One agent's memory tool: `workflow_id` and `agent_id` are fixed when it is made."""
 
@@ -645,6 +660,15 @@ class AgentMemory:
     @property
     def bus(self) -> MemoryBus:
         return self._bus
+
+    def _scoped(self, filters: Filters) -> dict[str, Any]:
+        """A read's filters as request fields, in this handle's workflow and workspace."""
+        fields: dict[str, Any] = dict(filters)
+        for name in ("types", "tags", "people"):
+            if name in fields:
+                fields[name] = _opt_list(fields[name])
+        fields["workspace"] = fields.get("workspace") or self._workspace
+        return {**fields, "workflow_id": self._workflow_id, "context": self._context}
 
     def add_request(
         self,
@@ -745,9 +769,6 @@ class AgentMemory:
         self,
         query: str | None = None,
         *,
-        scope: Literal["both", "workflow", "general"] = "both",
-        types: Sequence[str] | None = None,
-        tags: Sequence[str] | None = None,
         limit: int = 10,
         min_score: float | None = None,
         since: datetime | None = None,
@@ -757,17 +778,12 @@ class AgentMemory:
         fusion: Literal["linear", "rrf"] | None = None,
         max_tokens: int | None = None,
         diversify: float | None = None,
-        people: Sequence[str] | None = None,
-        include_superseded: bool = False,
-        workspace: str | None = None,
+        **filters: Unpack[Filters],
     ) -> SearchReply:
+        """Memories ranked by relevance, importance and recency (`Filters` narrow them)."""
         req = _build(
             SearchRequest,
             query=query,
-            workflow_id=self._workflow_id,
-            scope=scope,
-            types=_opt_list(types),
-            tags=_opt_list(tags),
             limit=limit,
             min_score=min_score,
             since=since,
@@ -777,10 +793,7 @@ class AgentMemory:
             fusion=fusion,
             max_tokens=max_tokens,
             diversify=diversify,
-            people=_opt_list(people),
-            include_superseded=include_superseded,
-            workspace=workspace or self._workspace,
-            context=self._context,
+            **self._scoped(filters),
         )
         return await self._bus.request("search", req, SearchReply)
 
@@ -804,15 +817,10 @@ class AgentMemory:
         self,
         *,
         mode: Literal["full"] = "full",
-        types: Sequence[str] | None = None,
-        tags: Sequence[str] | None = None,
-        scope: Literal["both", "workflow", "general"] = "both",
         limit: int = 20,
         offset: int = 0,
         max_tokens: int | None = None,
-        people: Sequence[str] | None = None,
-        include_superseded: bool = False,
-        workspace: str | None = None,
+        **filters: Unpack[Filters],
     ) -> ListReply: ...
 
     @overload
@@ -820,45 +828,29 @@ class AgentMemory:
         self,
         *,
         mode: Literal["compact"],
-        types: Sequence[str] | None = None,
-        tags: Sequence[str] | None = None,
-        scope: Literal["both", "workflow", "general"] = "both",
         limit: int = 20,
         offset: int = 0,
         max_tokens: int | None = None,
-        people: Sequence[str] | None = None,
-        include_superseded: bool = False,
-        workspace: str | None = None,
+        **filters: Unpack[Filters],
     ) -> CompactListReply: ...
 
     async def list(
         self,
         *,
         mode: Literal["full", "compact"] = "full",
-        types: Sequence[str] | None = None,
-        tags: Sequence[str] | None = None,
-        scope: Literal["both", "workflow", "general"] = "both",
         limit: int = 20,
         offset: int = 0,
         max_tokens: int | None = None,
-        people: Sequence[str] | None = None,
-        include_superseded: bool = False,
-        workspace: str | None = None,
+        **filters: Unpack[Filters],
     ) -> ListReply | CompactListReply:
+        """Memories newest first, a page at a time (`Filters` narrow them)."""
         req = _build(
             ListRequest,
             mode=mode,
-            types=_opt_list(types),
-            tags=_opt_list(tags),
-            workflow_id=self._workflow_id,
-            scope=scope,
             limit=limit,
             offset=offset,
             max_tokens=max_tokens,
-            people=_opt_list(people),
-            include_superseded=include_superseded,
-            workspace=workspace or self._workspace,
-            context=self._context,
+            **self._scoped(filters),
         )
         reply_type = CompactListReply if mode == "compact" else ListReply
         return await self._bus.request("list", req, reply_type)
