@@ -1,0 +1,183 @@
+"""Bench: the store's cost per request, as Redis's own CPU time (INFO commandstats, usec),
+at growing numbers of memories in one namespace.
+
+Redis runs commands on one main thread, so its time per request caps the whole bus whatever
+the number of handlers; commandstats counts that time alone, and the core count or a busy
+machine hardly changes it (unlike wall time). The operations run in this process against
+the embedded Redis (hash embedder, no NATS round trip), on the seeded corpus of
+bench/corpus.py (70% general memories, the rest in 20 workflows; queries drawn from it, each
+asked from a workflow). Prints, per size: Redis ms per request and the commands behind it.
+
+    .venv/bin/python bench/store_cost.py [--sizes 10000,100000] [--requests 200] [--seed 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import nats
+import numpy as np
+import redis.asyncio as aioredis
+from corpus import WORKFLOWS, CorpusMemory, make_corpus, make_queries
+from measure import command_stats
+from redisvl.query import VectorQuery
+
+from contracts.messages import (
+    AddRequest,
+    DescribeRequest,
+    GetRequest,
+    ListRequest,
+    RecallRequest,
+    SearchMode,
+    SearchRequest,
+)
+from deploy.embedded import EmbeddedStack
+from handlers.ops import HANDLERS, Deps
+from handlers.service import make_deps, make_embedder, redis_client
+from handlers.settings import load_settings
+from handlers.store.schema import VECTOR_FIELD
+
+NS = "cost"
+# Commands of the measurement itself, not of the requests.
+_OWN = {"info", "config|resetstat", "config"}
+
+
+async def run(deps: Deps, op: str, body: Any) -> Any:
+    return await HANDLERS[op](NS, body, deps)
+
+
+async def load(deps: Deps, memories: list[CorpusMemory], batch: int = 64) -> float:
+    t0 = time.perf_counter()
+    for i in range(0, len(memories), batch):
+        reqs = [
+            AddRequest(workflow_id=m.workflow_id, agent_id=m.agent_id, **m.add_kwargs())
+            for m in memories[i : i + batch]
+        ]
+        await asyncio.gather(*(run(deps, "add", r) for r in reqs))
+    await deps.store.settle()
+    return time.perf_counter() - t0
+
+
+async def redis_ms(
+    rds: aioredis.Redis, deps: Deps, count: int, request: Callable[[int], Awaitable[object]]
+) -> tuple[float, list[tuple[str, float, float]]]:
+    """Redis ms per request over `count` sequential requests, and (command, calls, ms) per
+    request, most time first."""
+    await deps.store.settle()
+    await rds.config_resetstat()
+    for i in range(count):
+        await request(i)
+    await deps.store.settle()
+    stats = {k: v for k, v in (await command_stats(rds)).items() if k not in _OWN}
+    per = [(name, calls / count, usec / 1000 / count) for name, (calls, usec) in stats.items()]
+    per.sort(key=lambda row: -row[2])
+    return sum(row[2] for row in per), per
+
+
+async def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--sizes", default="10000,100000", help="namespace sizes, ascending")
+    p.add_argument("--requests", type=int, default=200, help="requests timed per operation")
+    p.add_argument("--seed", type=int, default=7)
+    args = p.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+
+    stack = EmbeddedStack.temporary()
+    stack.start_servers()
+    settings = load_settings(
+        {"MEMBUS_EMBEDDER": "hash", "MEMBUS_REDIS_URL": stack.redis_url, "MEMBUS_EMBED_CACHE": "0"}
+    )
+    client = redis_client(settings.redis_url)
+    rds = aioredis.Redis.from_url(stack.redis_url)
+    nc = await nats.connect(stack.nats_url)
+    embedder = make_embedder(settings, client)
+    deps = make_deps(settings, client, embedder, nc.publish, nc.max_payload)
+    corpus = make_corpus(sizes[-1], args.seed)
+    queries = make_queries(args.requests, args.seed, corpus)
+    # Every query asks from a workflow, as an agent inside a workflow does.
+    asked_from = [q.workflow_id or WORKFLOWS[i % len(WORKFLOWS)] for i, q in enumerate(queries)]
+    vectors = [np.asarray(v, np.float32) for v in await embedder.embed([q.text for q in queries])]
+    extra = make_corpus(sizes[-1] + args.requests, args.seed + 1)[-args.requests :]
+
+    def search(mode: SearchMode | None) -> Callable[[int], Awaitable[object]]:
+        def one(i: int) -> Awaitable[object]:
+            body = SearchRequest(
+                query=queries[i].text, workflow_id=asked_from[i], limit=10, mode=mode
+            )
+            return run(deps, "search", body)
+
+        return one
+
+    async def add_then_describe(i: int) -> None:
+        m = extra[i]
+        await run(deps, "add", AddRequest(workflow_id=asked_from[i], **m.add_kwargs()))
+        await run(deps, "describe", DescribeRequest(workflow_id=asked_from[i]))
+
+    async def raw_knn(i: int) -> None:
+        space = await deps.store.indexes.get(NS)
+        q = VectorQuery(vectors[i].tolist(), VECTOR_FIELD, return_fields=["id"], num_results=10)
+        await space.index.query(q)
+
+    rows: dict[str, dict[int, tuple[float, list[tuple[str, float, float]]]]] = {}
+    loaded = 0
+    try:
+        for size in sizes:
+            secs = await load(deps, corpus[loaded:size])
+            print(f"loaded {size:,} memories ({(size - loaded) / secs:,.0f}/s)", flush=True)
+            loaded = size
+            ids = [r.id for r in (await run(deps, "list", ListRequest(limit=200))).memories]
+            ops: dict[str, Callable[[int], Awaitable[object]]] = {
+                "search, default (hybrid), from a workflow": search(None),
+                "search, vector": search("vector"),
+                "search, text": search("text"),
+                "raw KNN, unfiltered (redisvl, same index)": raw_knn,
+                "add, then describe of its workflow": add_then_describe,
+                "describe of a workflow, no write between": lambda i: run(
+                    deps, "describe", DescribeRequest(workflow_id=asked_from[i])
+                ),
+                "get 10 ids": lambda i, ids=ids: run(  # type: ignore[misc]
+                    deps, "get", GetRequest(ids=ids[(i * 10) % 190 : (i * 10) % 190 + 10])
+                ),
+                "list 20, from a workflow": lambda i: run(
+                    deps, "list", ListRequest(workflow_id=asked_from[i], limit=20)
+                ),
+                "recall, one turn": lambda i, sid=f"s{size}": run(  # type: ignore[misc]
+                    deps,
+                    "recall",
+                    RecallRequest(
+                        message=queries[i].text, session_id=sid, workflow_id=asked_from[i]
+                    ),
+                ),
+            }
+            for name, request in ops.items():
+                rows.setdefault(name, {})[size] = await redis_ms(rds, deps, args.requests, request)
+                print(f"  {name}: {rows[name][size][0]:.2f} ms", flush=True)
+    finally:
+        await nc.close()
+        await embedder.close()
+        await client.aclose()
+        await rds.aclose()
+        stack.stop()
+
+    print(f"\nRedis ms per request (INFO commandstats), {args.requests} requests each, hash")
+    print("| per request, in Redis | " + " | ".join(f"{s:,}" for s in sizes) + " |")
+    print("| --- |" + " --- |" * len(sizes))
+    for name, by_size in rows.items():
+        print(f"| {name} | " + " | ".join(f"{by_size[s][0]:.2f} ms" for s in sizes) + " |")
+    print(f"\nWhere it goes at {sizes[-1]:,} (command: calls, ms per request):")
+    for name, by_size in rows.items():
+        top = ", ".join(f"{c} {n:.1f}x {ms:.2f}" for c, n, ms in by_size[sizes[-1]][1][:4])
+        print(f"  {name}: {top}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
