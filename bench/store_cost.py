@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import nats
 import numpy as np
 import redis.asyncio as aioredis
-from corpus import WORKFLOWS, CorpusMemory, make_corpus, make_queries
+from corpus import WORKFLOWS, CorpusMemory, CorpusQuery, make_corpus, make_queries
 from measure import command_stats
 from redisvl.query import VectorQuery
 
@@ -55,14 +55,16 @@ async def run(deps: Deps, op: str, body: Any) -> Any:
     return await HANDLERS[op](NS, body, deps)
 
 
-async def load(deps: Deps, memories: list[CorpusMemory], batch: int = 64) -> float:
+async def load(deps: Deps, memories: list[CorpusMemory], ids: list[str], batch: int = 64) -> float:
+    """Add `memories`, appending each one's stored id (a repeat's: the memory it folded into)."""
     t0 = time.perf_counter()
     for i in range(0, len(memories), batch):
         reqs = [
             AddRequest(workflow_id=m.workflow_id, agent_id=m.agent_id, **m.add_kwargs())
             for m in memories[i : i + batch]
         ]
-        await asyncio.gather(*(run(deps, "add", r) for r in reqs))
+        replies = await asyncio.gather(*(run(deps, "add", r) for r in reqs))
+        ids += [r.duplicate_of or r.id for r in replies]
     await deps.store.settle()
     return time.perf_counter() - t0
 
@@ -83,25 +85,54 @@ async def redis_ms(
     return sum(row[2] for row in per), per
 
 
+async def source_found(
+    deps: Deps, queries: list[CorpusQuery], asked_from: list[str], stored: list[str]
+) -> str:
+    """How often the memory a query's words came from is in its default search's top 10
+    (and the mean reciprocal rank), over the queries whose memory is loaded and in scope."""
+    hits = n = 0
+    rr = 0.0
+    for q, wf in zip(queries, asked_from, strict=True):
+        if not 0 <= q.source < len(stored):
+            continue
+        src_wf = corpus_workflow[q.source]
+        if src_wf is not None and src_wf != wf:
+            continue  # asked from another workflow: not in scope
+        n += 1
+        reply = await run(deps, "search", SearchRequest(query=q.text, workflow_id=wf, limit=10))
+        found = [r.id for r in reply.results]
+        if stored[q.source] in found:
+            hits += 1
+            rr += 1 / (found.index(stored[q.source]) + 1)
+    return f"source memory in the top 10 (hybrid): {hits / n:.3f}, MRR@10 {rr / n:.3f} (n={n})"
+
+
+corpus_workflow: list[str | None] = []
+
+
 async def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sizes", default="10000,100000", help="namespace sizes, ascending")
     p.add_argument("--requests", type=int, default=200, help="requests timed per operation")
     p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--quality", type=int, default=1000, help="queries scored for quality")
+    p.add_argument("--term-docs-max", default=None, help="MEMBUS_TEXT_TERM_DOCS_MAX (0: none)")
     args = p.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
 
     stack = EmbeddedStack.temporary()
     stack.start_servers()
-    settings = load_settings(
-        {"MEMBUS_EMBEDDER": "hash", "MEMBUS_REDIS_URL": stack.redis_url, "MEMBUS_EMBED_CACHE": "0"}
-    )
+    env = {"MEMBUS_EMBEDDER": "hash", "MEMBUS_REDIS_URL": stack.redis_url}
+    if args.term_docs_max is not None:
+        env["MEMBUS_TEXT_TERM_DOCS_MAX"] = args.term_docs_max
+    settings = load_settings(env)
     client = redis_client(settings.redis_url)
     rds = aioredis.Redis.from_url(stack.redis_url)
     nc = await nats.connect(stack.nats_url)
     embedder = make_embedder(settings, client)
     deps = make_deps(settings, client, embedder, nc.publish, nc.max_payload)
     corpus = make_corpus(sizes[-1], args.seed)
+    corpus_workflow.extend(m.workflow_id for m in corpus)
     queries = make_queries(args.requests, args.seed, corpus)
     # Every query asks from a workflow, as an agent inside a workflow does.
     asked_from = [q.workflow_id or WORKFLOWS[i % len(WORKFLOWS)] for i, q in enumerate(queries)]
@@ -129,9 +160,11 @@ async def main() -> None:
 
     rows: dict[str, dict[int, tuple[float, list[tuple[str, float, float]]]]] = {}
     loaded = 0
+    stored: list[str] = []
+    quality: dict[int, str] = {}
     try:
         for size in sizes:
-            secs = await load(deps, corpus[loaded:size])
+            secs = await load(deps, corpus[loaded:size], stored)
             print(f"loaded {size:,} memories ({(size - loaded) / secs:,.0f}/s)", flush=True)
             loaded = size
             ids = [r.id for r in (await run(deps, "list", ListRequest(limit=200))).memories]
@@ -161,6 +194,13 @@ async def main() -> None:
             for name, request in ops.items():
                 rows.setdefault(name, {})[size] = await redis_ms(rds, deps, args.requests, request)
                 print(f"  {name}: {rows[name][size][0]:.2f} ms", flush=True)
+            # Queries of the loaded memories, asked from their own workflow (or any).
+            probes = make_queries(args.quality, args.seed + size, corpus[:size])
+            probe_wfs = [
+                q.workflow_id or WORKFLOWS[i % len(WORKFLOWS)] for i, q in enumerate(probes)
+            ]
+            quality[size] = await source_found(deps, probes, probe_wfs, stored)
+            print(f"  {quality[size]}", flush=True)
     finally:
         await nc.close()
         await embedder.close()
@@ -173,6 +213,8 @@ async def main() -> None:
     print("| --- |" + " --- |" * len(sizes))
     for name, by_size in rows.items():
         print(f"| {name} | " + " | ".join(f"{by_size[s][0]:.2f} ms" for s in sizes) + " |")
+    for size in sizes:
+        print(f"quality at {size:,}: {quality[size]}")
     print(f"\nWhere it goes at {sizes[-1]:,} (command: calls, ms per request):")
     for name, by_size in rows.items():
         top = ", ".join(f"{c} {n:.1f}x {ms:.2f}" for c, n, ms in by_size[sizes[-1]][1][:4])

@@ -85,6 +85,8 @@ async def ranked_candidates(ns: str, req: SearchRequest, deps: Deps, now: int) -
     terms = text_terms(query_terms(req.query or ""))
     if mode != "vector" and not terms and req.embedding is not None:
         mode = "vector"  # nothing to match as text: an embedding-only query
+    if mode == "hybrid" and terms and settings.text_term_docs_max:
+        terms = await _worth_scoring(ns, terms, settings.text_term_docs_max, deps)
     # Expiry is checked on the candidates below, not in the queries' filter: a numeric range
     # over every document slows RediSearch's hybrid KNN down.
     where = read_filter(
@@ -127,6 +129,15 @@ async def ranked_candidates(ns: str, req: SearchRequest, deps: Deps, now: int) -
             await _fill_missing_scores(ns, req, deps, c, vec, terms, where, full, now)
 
     return Found(mode, _ranked(mode, req, deps, c, now), vec)
+
+
+async def _worth_scoring(ns: str, terms: list[str], most: int, deps: Deps) -> list[str]:
+    """The words hybrid search scores as text: those at most `most` memories hold. Redis
+    reads every memory holding a word to score it, so a word in most of a large namespace
+    would cost more than every other part of the search, for a small BM25 share (its IDF is
+    low); the vector arm still sees it. A query of only such words is a vector search."""
+    held = await deps.store.term_docs(ns, terms)
+    return [t for t in terms if held[t] <= most]
 
 
 def _normalised(m: Candidate, top: float) -> float:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Generic, NamedTuple, TypeVar
 
@@ -31,7 +32,7 @@ from handlers.store.failures import is_connection_error, is_missing_index, redis
 from handlers.store.filters import ReadScope, read_filter, text_match
 from handlers.store.indexes import Indexes, Namespace
 from handlers.store.lock import Locks
-from handlers.store.policy import HybridPolicy
+from handlers.store.policy import HybridPolicy, TermCounts
 from handlers.store.record import (
     CANDIDATE_FIELDS,
     PERMANENT_MS,
@@ -50,7 +51,7 @@ from handlers.store.record import (
     supersede_fields,
 )
 from handlers.store.resp import Found, parse_row, parse_search, text
-from handlers.store.schema import VECTOR_FIELD, NamespaceMeta, new_hash
+from handlers.store.schema import TEXT_FIELDS, VECTOR_FIELD, NamespaceMeta, new_hash
 from handlers.store.scripts import (
     ADD_LUA,
     DELETE_LUA,
@@ -156,6 +157,8 @@ class Store:
         # New memories written into each pooled namespace since its size was last checked.
         self._pooled_adds: dict[str, int] = {}
         self._policy = HybridPolicy()
+        # (namespace, term) -> how many memories hold it (`term_docs`).
+        self._term_docs = TermCounts()
         self._fetch = client.register_script(FETCH_LUA)
         self._field = client.register_script(FIELD_LUA)
         self._delete = client.register_script(DELETE_LUA)
@@ -519,6 +522,32 @@ class Store:
             return CountQuery(filter_expression=space.confine(where))
 
         return (await self._search(ns, query)).total
+
+    async def term_docs(self, ns: str, terms: list[str]) -> dict[str, int]:
+        """How many of the namespace's memories hold each term (in content or tags), as the
+        text query matches it (stems included). Known counts are reused for a while: they
+        decide only which words are worth scoring, so a count a minute old does."""
+        now = time.monotonic()
+        known = {t: c for t in terms if (c := self._term_docs.get((ns, t), now)) is not None}
+        todo = [t for t in terms if t not in known]
+        if not todo:
+            return known
+
+        async def run(space: Namespace) -> list[int]:
+            mine = f" {space.mine_for_text}" if space.mine_for_text else ""
+            pipe = self.client.pipeline(transaction=False)
+            for term in todo:
+                fields = " | ".join(f"@{field}:{term}" for field in TEXT_FIELDS)
+                query = f"({fields}){mine}"
+                pipe.execute_command(
+                    "FT.SEARCH", space.index.name, query, "NOCONTENT", "LIMIT", 0, 0, "DIALECT", 2
+                )
+            return [parse_search(raw).total for raw in await pipe.execute()]
+
+        for term, count in zip(todo, await self._on_index(ns, run), strict=True):
+            self._term_docs.put((ns, term), count, now)
+            known[term] = count
+        return known
 
     async def text(
         self,

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 from typing import Any
 
+import msgspec
 import pytest
 import redis.asyncio as aioredis
+from inprocess import InProcess
 
 from bus import AgentMemory, InvalidRequest, MemoryBus, NotFound
 
@@ -410,3 +413,28 @@ async def test_diversify_keeps_near_duplicates_from_crowding_the_results(
     assert {h.id for h in plain.results} <= set(twins)
     assert mixed.results[0].id in twins
     assert mixed.results[1].id == other.id
+
+
+async def test_hybrid_search_scores_as_text_only_words_few_memories_hold(
+    in_process: InProcess, ns: str
+) -> None:
+    # A bound of 3 memories: "ledger" is in 6 (left out of the text arm), "zanzibar" in 1.
+    settings = msgspec.structs.replace(in_process.deps.settings, text_term_docs_max=3)
+    bounded = InProcess(in_process.nc, dataclasses.replace(in_process.deps, settings=settings))
+    bus = await MemoryBus.connect(namespace=ns, nc=bounded)  # type: ignore[arg-type]
+    mem = bus.agent(workflow_id="wf_terms")
+    common = [await mem.add("knowledge", f"ledger entry number {i}") for i in range(6)]
+    rare = await mem.add("knowledge", "the zanzibar ledger was reconciled")
+
+    hits = (await mem.search("zanzibar ledger", limit=10)).results
+    assert hits[0].id == rare.id
+    assert hits[0].text_score and hits[0].text_score > 0  # found by its rare word
+    # The common word scored nothing: a memory holding only it has no text share.
+    assert all(not h.text_score for h in hits if h.id in {c.id for c in common})
+    # An explicit text search still scores every word.
+    text = (await mem.search("ledger", mode="text", limit=10)).results
+    assert {h.id for h in text} == {c.id for c in common} | {rare.id}
+    # A query of only common words is answered by its vector arm.
+    only_common = (await mem.search("ledger", limit=10)).results
+    assert only_common and all(not h.text_score for h in only_common)
+    await bus.close()
