@@ -135,9 +135,14 @@ async def _worth_scoring(ns: str, terms: list[str], most: int, deps: Deps) -> li
     """The words hybrid search scores as text: those at most `most` memories hold. Redis
     reads every memory holding a word to score it, so a word in most of a large namespace
     would cost more than every other part of the search, for a small BM25 share (its IDF is
-    low); the vector arm still sees it. A query of only such words is a vector search."""
-    held = await deps.store.term_docs(ns, terms)
-    return [t for t in terms if held[t] <= most]
+    low); the vector arm still sees it. A query of only such words is a vector search. The
+    counts are kept by the writes (`Store.count_words_later`), so this costs one HMGET."""
+    written, counts = await deps.store.word_counts(ns, terms)
+    if written <= most:
+        return terms  # no word can be in more memories than were ever written
+    # Counts are of writes: scaled by the share of written memories still live.
+    live = min(1.0, await deps.store.live_total(ns) / written)
+    return [t for t, n in zip(terms, counts, strict=True) if n * live <= most]
 
 
 def _normalised(m: Candidate, top: float) -> float:

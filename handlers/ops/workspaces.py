@@ -303,6 +303,7 @@ async def create_state(ns: str, req: CreateStateRequest, deps: Deps) -> OkReply:
             f'Workspace "{req.workspace}" holds the most states it may; create a new'
             " workspace for more."
         )
+    deps.store.count_words_later(ns, [rec])
     await publish_event(deps, ns, "added", rec, now)
     return OkReply()
 

@@ -323,6 +323,8 @@ async def _update(
     done = entry("updated", now, req, req.agent_id, changes)
     if not await deps.store.update(ns, old, new, vec, now, done, marks):
         raise missing
+    if new.content != old.content or new.tags != old.tags:
+        deps.store.count_words_later(ns, [new])  # its new words (counts are of writes)
     await publish_event(deps, ns, "updated", new, now, agent_id=req.agent_id)
     return _updated(new, now)
 

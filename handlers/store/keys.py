@@ -94,6 +94,16 @@ def generation_key(ns: str) -> str:
     return f"{ROOT}:{ns}:gen"
 
 
+def words_key(ns: str) -> str:
+    """How many memories were written with each word (a hash: word -> count, and `WORDS_TOTAL`
+    -> memories written): hybrid search's estimate of which words are too common to score."""
+    return f"{ROOT}:{ns}:words"
+
+
+# The field of `words_key` counting the memories written (a word holds a letter or digit).
+WORDS_TOTAL = "*"
+
+
 def session_key(ns: str, session_id: str) -> str:
     """A session's recall state: its turn counter (`turn`) and, per memory id, the turn it
     was last recalled in. Any handler serves any turn; the key's TTL slides with each turn."""

@@ -27,6 +27,10 @@ class HybridPolicy:
         total = await self._count(ns, "*", count)
         return "BATCHES" if broad(matches, total) else "ADHOC_BF"
 
+    async def total(self, ns: str, count: Callable[[str], Awaitable[int]]) -> int:
+        """How many memories the namespace holds (the count of `*`), cached likewise."""
+        return await self._count(ns, "*", count)
+
     async def _count(self, ns: str, where: str, count: Callable[[str], Awaitable[int]]) -> int:
         now = asyncio.get_running_loop().time()
         hit = self._counts.get((ns, where))
@@ -43,22 +47,3 @@ def broad(matches: int, total: int) -> bool:
     """Whether a filter passes enough memories for batched HNSW search to win."""
     return matches >= BATCHES_MIN_MATCHES and matches >= BATCHES_MIN_SHARE * total
 
-
-# How long a term's count of memories is reused: it only decides which words are scored.
-TERM_COUNT_TTL_S = 60.0
-
-
-class TermCounts:
-    """(namespace, term) -> how many memories hold the term; an estimate, kept a minute."""
-
-    def __init__(self) -> None:
-        self._counts: dict[tuple[str, str], tuple[float, int]] = {}
-
-    def get(self, key: tuple[str, str], now: float) -> int | None:
-        hit = self._counts.get(key)
-        return hit[1] if hit is not None and hit[0] > now else None
-
-    def put(self, key: tuple[str, str], count: int, now: float) -> None:
-        if len(self._counts) > MAX_ENTRIES * 4:
-            self._counts.clear()
-        self._counts[key] = (now + TERM_COUNT_TTL_S, count)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Generic, NamedTuple, TypeVar
 
@@ -29,10 +28,10 @@ from redisvl.query.filter import FilterExpression
 from handlers.store import keys
 from handlers.store.claims import Claims
 from handlers.store.failures import is_connection_error, is_missing_index, redis_errors
-from handlers.store.filters import ReadScope, read_filter, text_match
+from handlers.store.filters import ReadScope, read_filter, text_match, written_words
 from handlers.store.indexes import Indexes, Namespace
 from handlers.store.lock import Locks
-from handlers.store.policy import HybridPolicy, TermCounts
+from handlers.store.policy import HybridPolicy
 from handlers.store.record import (
     CANDIDATE_FIELDS,
     PERMANENT_MS,
@@ -51,7 +50,7 @@ from handlers.store.record import (
     supersede_fields,
 )
 from handlers.store.resp import Found, parse_row, parse_search, text
-from handlers.store.schema import TEXT_FIELDS, VECTOR_FIELD, NamespaceMeta, new_hash
+from handlers.store.schema import VECTOR_FIELD, NamespaceMeta, new_hash
 from handlers.store.scripts import (
     ADD_LUA,
     DELETE_LUA,
@@ -157,8 +156,6 @@ class Store:
         # New memories written into each pooled namespace since its size was last checked.
         self._pooled_adds: dict[str, int] = {}
         self._policy = HybridPolicy()
-        # (namespace, term) -> how many memories hold it (`term_docs`).
-        self._term_docs = TermCounts()
         self._fetch = client.register_script(FETCH_LUA)
         self._field = client.register_script(FIELD_LUA)
         self._delete = client.register_script(DELETE_LUA)
@@ -242,6 +239,7 @@ class Store:
             return _record(RECORD_FIELDS, out)
         if space.pool is not None:
             self._count_pooled_add(ns)
+        self.count_words_later(ns, [rec])
         return None
 
     def _count_pooled_add(self, ns: str) -> None:
@@ -523,31 +521,36 @@ class Store:
 
         return (await self._search(ns, query)).total
 
-    async def term_docs(self, ns: str, terms: list[str]) -> dict[str, int]:
-        """How many of the namespace's memories hold each term (in content or tags), as the
-        text query matches it (stems included). Known counts are reused for a while: they
-        decide only which words are worth scoring, so a count a minute old does."""
-        now = time.monotonic()
-        known = {t: c for t in terms if (c := self._term_docs.get((ns, t), now)) is not None}
-        todo = [t for t in terms if t not in known]
-        if not todo:
-            return known
+    def count_words_later(self, ns: str, written: list[Record]) -> None:
+        """Count the distinct words of memories just written (after the reply, off the
+        request path): `word_counts` reads them back."""
+        if not written:
+            return
 
-        async def run(space: Namespace) -> list[int]:
-            mine = f" {space.mine_for_text}" if space.mine_for_text else ""
+        async def count() -> None:
+            counted: dict[str, int] = {keys.WORDS_TOTAL: len(written)}
+            for rec in written:
+                for word in written_words(rec.content, *rec.tags):
+                    counted[word] = counted.get(word, 0) + 1
             pipe = self.client.pipeline(transaction=False)
-            for term in todo:
-                fields = " | ".join(f"@{field}:{term}" for field in TEXT_FIELDS)
-                query = f"({fields}){mine}"
-                pipe.execute_command(
-                    "FT.SEARCH", space.index.name, query, "NOCONTENT", "LIMIT", 0, 0, "DIALECT", 2
-                )
-            return [parse_search(raw).total for raw in await pipe.execute()]
+            for word, n in counted.items():
+                pipe.hincrby(keys.words_key(ns), word, n)
+            async with self._guard():
+                await pipe.execute()
 
-        for term, count in zip(todo, await self._on_index(ns, run), strict=True):
-            self._term_docs.put((ns, term), count, now)
-            known[term] = count
-        return known
+        self._later(count(), "store.count_words_failed")
+
+    async def word_counts(self, ns: str, terms: list[str]) -> tuple[int, list[int]]:
+        """How many memories were written, and how many of them with each of `terms`: counts
+        of writes, so a deleted or expired memory still counts (the caller scales them)."""
+        async with self._guard():
+            raw = await self.client.hmget(keys.words_key(ns), [keys.WORDS_TOTAL, *terms])
+        total, *counts = (int(v) if v is not None else 0 for v in raw)
+        return total, counts
+
+    async def live_total(self, ns: str) -> int:
+        """How many memories the namespace holds, counted at most every few seconds."""
+        return await self._policy.total(ns, lambda where: self.count(ns, FilterExpression(where)))
 
     async def text(
         self,
