@@ -70,3 +70,22 @@ async def command_stats(client: aioredis.Redis) -> CommandStats:
     """Redis's own per-command counters (INFO commandstats): where its main thread goes."""
     info = await client.info("commandstats")
     return {k.removeprefix("cmdstat_"): (int(v["calls"]), int(v["usec"])) for k, v in info.items()}
+
+
+async def keyspace(client: aioredis.Redis, sample: int = 200) -> list[tuple[str, int, float]]:
+    """Where Redis's memory is, by key family (`membus:<ns>:<family>:...` -> family): (family,
+    keys, MiB), largest first; each family's bytes from MEMORY USAGE of up to `sample` keys."""
+    keys: dict[str, list[bytes]] = {}
+    async for key in client.scan_iter(count=1000):
+        parts = key.split(b":")
+        family = parts[2].decode() if len(parts) > 3 else parts[-1].decode()
+        if len(parts) > 2 and parts[1] in (b"embcache", b"tier", b"pool"):
+            family = parts[1].decode()
+        keys.setdefault(family, []).append(key)
+    out = []
+    for family, found in keys.items():
+        picked = found[:: max(1, len(found) // sample)][:sample]
+        sizes = [await client.memory_usage(k) or 0 for k in picked]
+        mean = sum(sizes) / len(sizes) if sizes else 0
+        out.append((family, len(found), mean * len(found) / 2**20))
+    return sorted(out, key=lambda row: -row[2])

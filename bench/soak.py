@@ -54,7 +54,7 @@ from pathlib import Path
 from typing import Any
 
 import redis.asyncio as aioredis
-from measure import percentile, proc_cpu_ms, proc_rss_mib
+from measure import keyspace, percentile, proc_cpu_ms, proc_rss_mib
 
 from bus import MemoryBus
 from bus.client import AgentMemory
@@ -836,6 +836,10 @@ async def amain(args: argparse.Namespace) -> int:
             out.write(json.dumps(config) + "\n")
             try:
                 rows, stats = await soak(args, stack, procs, bus, client, cfg, stop, out)
+                # What Redis holds at the end, by key family: what grew, if anything did.
+                print("\nRedis keys at the end, by family (keys, MiB):")
+                for family, count, mib in await keyspace(client):
+                    print(f"  {family:<12} {count:>9,}  {mib:8.2f}")
             finally:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(bus.close(), 5.0)
