@@ -116,15 +116,16 @@ async def main() -> None:
     p.add_argument("--requests", type=int, default=200, help="requests timed per operation")
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--quality", type=int, default=1000, help="queries scored for quality")
-    p.add_argument("--term-docs-max", default=None, help="MEMBUS_TEXT_TERM_DOCS_MAX (0: none)")
+    p.add_argument("--word-share-max", default=None, help="MEMBUS_TEXT_WORD_SHARE_MAX")
+    p.add_argument("--ops", default="", help="only the operations whose name holds this")
     args = p.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
 
     stack = EmbeddedStack.temporary()
     stack.start_servers()
     env = {"MEMBUS_EMBEDDER": "hash", "MEMBUS_REDIS_URL": stack.redis_url}
-    if args.term_docs_max is not None:
-        env["MEMBUS_TEXT_TERM_DOCS_MAX"] = args.term_docs_max
+    if args.word_share_max is not None:
+        env["MEMBUS_TEXT_WORD_SHARE_MAX"] = args.word_share_max
     settings = load_settings(env)
     client = redis_client(settings.redis_url)
     rds = aioredis.Redis.from_url(stack.redis_url)
@@ -192,6 +193,8 @@ async def main() -> None:
                 ),
             }
             for name, request in ops.items():
+                if args.ops not in name:
+                    continue
                 rows.setdefault(name, {})[size] = await redis_ms(rds, deps, args.requests, request)
                 print(f"  {name}: {rows[name][size][0]:.2f} ms", flush=True)
             # Queries of the loaded memories, asked from their own workflow (or any).
@@ -212,7 +215,8 @@ async def main() -> None:
     print("| per request, in Redis | " + " | ".join(f"{s:,}" for s in sizes) + " |")
     print("| --- |" + " --- |" * len(sizes))
     for name, by_size in rows.items():
-        print(f"| {name} | " + " | ".join(f"{by_size[s][0]:.2f} ms" for s in sizes) + " |")
+        cells = [f"{by_size[s][0]:.2f} ms" if s in by_size else "-" for s in sizes]
+        print(f"| {name} | " + " | ".join(cells) + " |")
     for size in sizes:
         print(f"quality at {size:,}: {quality[size]}")
     print(f"\nWhere it goes at {sizes[-1]:,} (command: calls, ms per request):")

@@ -85,8 +85,11 @@ async def ranked_candidates(ns: str, req: SearchRequest, deps: Deps, now: int) -
     terms = text_terms(query_terms(req.query or ""))
     if mode != "vector" and not terms and req.embedding is not None:
         mode = "vector"  # nothing to match as text: an embedding-only query
-    if mode == "hybrid" and terms and settings.text_term_docs_max:
-        terms = await _worth_scoring(ns, terms, settings.text_term_docs_max, deps)
+    # The words the text query reads across the namespace; the common ones are scored only
+    # over the candidates found (see `_rare_words`).
+    rare = terms
+    if mode == "hybrid" and terms and settings.text_word_share_max < 1.0:
+        rare = await _rare_words(ns, terms, deps)
     # Expiry is checked on the candidates below, not in the queries' filter: a numeric range
     # over every document slows RediSearch's hybrid KNN down.
     where = read_filter(
@@ -109,10 +112,16 @@ async def ranked_candidates(ns: str, req: SearchRequest, deps: Deps, now: int) -
     # The vector and full-text queries run side by side.
     nearest, matches = await asyncio.gather(
         deps.store.knn(ns, vec, knn_where, k) if vec is not None else _nothing(),
-        deps.store.text(ns, terms, where, k, current=current)
-        if mode != "vector" and terms
+        deps.store.text(ns, rare, where, k, current=current)
+        if mode != "vector" and rare
         else _nothing(),
     )
+    scored_among = rare != terms and vec is not None
+    if scored_among:
+        # Every candidate's BM25 over every word, read among the candidates only: the same
+        # scores a whole-namespace query gives them, for work bounded by their number.
+        among = list(dict.fromkeys([m.id for m in nearest] + [m.id for m in matches]))
+        matches = await deps.store.text(ns, terms, where, len(among), among=among, current=current)
     c = Candidates()
     for i, m in enumerate(nearest, 1):
         c.pool[m.id] = m
@@ -125,24 +134,30 @@ async def ranked_candidates(ns: str, req: SearchRequest, deps: Deps, now: int) -
             c.texts[m.id] = _normalised(m, c.top_bm25)
             c.text_rank[m.id] = i
         if vec is not None:
-            full = (len(nearest) >= k, len(matches) >= k)
+            # Scored among the candidates, every vector match has its text score already.
+            full = (len(nearest) >= k, len(matches) >= k and not scored_among)
             await _fill_missing_scores(ns, req, deps, c, vec, terms, where, full, now)
 
     return Found(mode, _ranked(mode, req, deps, c, now), vec)
 
 
-async def _worth_scoring(ns: str, terms: list[str], most: int, deps: Deps) -> list[str]:
-    """The words hybrid search scores as text: those at most `most` memories hold. Redis
-    reads every memory holding a word to score it, so a word in most of a large namespace
-    would cost more than every other part of the search, for a small BM25 share (its IDF is
-    low); the vector arm still sees it. A query of only such words is a vector search. The
-    counts are kept by the writes (`Store.count_words_later`), so this costs one HMGET."""
+async def _rare_words(ns: str, terms: list[str], deps: Deps) -> list[str]:
+    """The words hybrid search's text query reads across the namespace: all but those held
+    by more than `text_word_share_max` of its memories (and more than `text_word_docs_min`).
+    Redis reads every memory holding a word to score it, so a word in much of a large
+    namespace cost more than the rest of the search; such words are scored only over the
+    candidates the vector query and the rare words found (with INKEYS, whose cost follows
+    the candidates, not the word's memories). The counts are kept by the writes
+    (`Store.count_words_later`), so this costs one HMGET."""
+    settings = deps.settings
     written, counts = await deps.store.word_counts(ns, terms)
-    if written <= most:
+    if written <= settings.text_word_docs_min:
         return terms  # no word can be in more memories than were ever written
     # Counts are of writes: scaled by the share of written memories still live.
-    live = min(1.0, await deps.store.live_total(ns) / written)
-    return [t for t, n in zip(terms, counts, strict=True) if n * live <= most]
+    live = await deps.store.live_total(ns)
+    most = max(settings.text_word_docs_min, settings.text_word_share_max * live)
+    scale = min(1.0, live / written)
+    return [t for t, n in zip(terms, counts, strict=True) if n * scale <= most]
 
 
 def _normalised(m: Candidate, top: float) -> float:

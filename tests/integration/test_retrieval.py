@@ -415,26 +415,43 @@ async def test_diversify_keeps_near_duplicates_from_crowding_the_results(
     assert mixed.results[1].id == other.id
 
 
-async def test_hybrid_search_scores_as_text_only_words_few_memories_hold(
-    in_process: InProcess, ns: str
+async def test_common_words_are_scored_among_the_candidates_with_the_same_scores(
+    in_process: InProcess, ns: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A bound of 3 memories: "ledger" is in 6 (left out of the text arm), "zanzibar" in 1.
-    settings = msgspec.structs.replace(in_process.deps.settings, text_term_docs_max=3)
+    # "ledger" is in 6 of 7 memories: over half, so the text query across the namespace
+    # reads only "zanzibar", and "ledger" is scored among the candidates found.
+    settings = msgspec.structs.replace(
+        in_process.deps.settings, text_word_share_max=0.5, text_word_docs_min=0
+    )
     bounded = InProcess(in_process.nc, dataclasses.replace(in_process.deps, settings=settings))
     bus = await MemoryBus.connect(namespace=ns, nc=bounded)  # type: ignore[arg-type]
+    whole = await MemoryBus.connect(namespace=ns, nc=in_process)  # type: ignore[arg-type]
     mem = bus.agent(workflow_id="wf_terms")
-    common = [await mem.add("knowledge", f"ledger entry number {i}") for i in range(6)]
+    for i in range(6):
+        await mem.add("knowledge", f"ledger entry number {i}")
     rare = await mem.add("knowledge", "the zanzibar ledger was reconciled")
 
+    store = in_process.deps.store
+    asked: list[tuple[list[str], bool]] = []
+    text = store.text
+
+    async def recorded(ns_: str, terms: list[str], *args: Any, **kw: Any) -> Any:
+        asked.append((list(terms), kw.get("among") is not None))
+        return await text(ns_, terms, *args, **kw)
+
+    monkeypatch.setattr(store, "text", recorded)
     hits = (await mem.search("zanzibar ledger", limit=10)).results
+    assert asked == [(["zanzibar"], False), (["zanzibar", "ledger"], True)]
     assert hits[0].id == rare.id
-    assert hits[0].text_score and hits[0].text_score > 0  # found by its rare word
-    # The common word scored nothing: a memory holding only it has no text share.
-    assert all(not h.text_score for h in hits if h.id in {c.id for c in common})
-    # An explicit text search still scores every word.
-    text = (await mem.search("ledger", mode="text", limit=10)).results
-    assert {h.id for h in text} == {c.id for c in common} | {rare.id}
-    # A query of only common words is answered by its vector arm.
-    only_common = (await mem.search("ledger", limit=10)).results
-    assert only_common and all(not h.text_score for h in only_common)
+    # The candidates were every memory here: the same ranking and scores as without a bound.
+    same = (await whole.agent(workflow_id="wf_terms").search("zanzibar ledger", limit=10)).results
+    assert [(h.id, h.text_score) for h in hits] == [(h.id, h.text_score) for h in same]
+    # (scores differ by the recency of the instant between the two searches)
+    assert [h.score for h in hits] == pytest.approx([h.score for h in same], abs=1e-6)
+    assert all(h.text_score for h in hits)  # "ledger" scored for every memory
+    # An explicit text search reads every word across the namespace.
+    asked.clear()
+    await mem.search("zanzibar ledger", mode="text", limit=10)
+    assert asked == [(["zanzibar", "ledger"], False)]
     await bus.close()
+    await whole.close()
