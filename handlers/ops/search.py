@@ -153,11 +153,11 @@ async def _rare_words(ns: str, terms: list[str], deps: Deps) -> list[str]:
     written, counts = await deps.store.word_counts(ns, terms)
     if written <= settings.text_word_docs_min:
         return terms  # no word can be in more memories than were ever written
-    # Counts are of writes: scaled by the share of written memories still live.
+    # Counts are of the memories written since the counts started (deleted and expired ones
+    # included): a word's share of those, times the memories live, estimates its memories.
     live = await deps.store.live_total(ns)
     most = max(settings.text_word_docs_min, settings.text_word_share_max * live)
-    scale = min(1.0, live / written)
-    return [t for t, n in zip(terms, counts, strict=True) if n * scale <= most]
+    return [t for t, n in zip(terms, counts, strict=True) if n * live / written <= most]
 
 
 def _normalised(m: Candidate, top: float) -> float:

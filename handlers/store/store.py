@@ -90,6 +90,10 @@ def _record(names: tuple[str, ...], values: list[Any]) -> Record:
 
 
 _entries = msgspec.json.Decoder(Entry)
+# The words counted of one memory, and how long a namespace's counts run before they start
+# again (see `count_words_later`).
+WORDS_PER_MEMORY = 300
+WORDS_TTL_S = 24 * 3600
 
 
 D = TypeVar("D", bound=msgspec.Struct)
@@ -530,11 +534,18 @@ class Store:
         async def count() -> None:
             counted: dict[str, int] = {keys.WORDS_TOTAL: len(written)}
             for rec in written:
-                for word in written_words(rec.content, *rec.tags):
+                # A long text's words past the first few hundred go uncounted: they then
+                # look rarer than they are, which costs time, never a result.
+                for word in sorted(written_words(rec.content, *rec.tags))[:WORDS_PER_MEMORY]:
                     counted[word] = counted.get(word, 0) + 1
+            key = keys.words_key(ns)
             pipe = self.client.pipeline(transaction=False)
             for word, n in counted.items():
-                pipe.hincrby(keys.words_key(ns), word, n)
+                pipe.hincrby(key, word, n)
+            # Started afresh every WORDS_TTL_S: every word ever written (ids, hashes) would
+            # otherwise stay a field for good. Until the new counts pass the bound, the text
+            # query reads every word, as without one.
+            pipe.expire(key, WORDS_TTL_S, nx=True)
             async with self._guard():
                 await pipe.execute()
 

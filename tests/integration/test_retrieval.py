@@ -455,3 +455,16 @@ async def test_common_words_are_scored_among_the_candidates_with_the_same_scores
     assert asked == [(["zanzibar", "ledger"], False)]
     await bus.close()
     await whole.close()
+
+
+async def test_word_counts_are_kept_by_writes_and_start_afresh_daily(
+    wf123: AgentMemory, rds: aioredis.Redis
+) -> None:
+    await wf123.add("knowledge", "The Zanzibar ledger was reconciled on Friday")
+    await wf123.add("knowledge", "The ledger of Pemba too", tags=["zanzibar"])
+    key = f"membus:{wf123.bus.namespace}:words"
+    counts = {k.decode(): int(v) for k, v in (await rds.hgetall(key)).items()}
+    assert counts["*"] == 2 and counts["ledger"] == 2 and counts["zanzibar"] == 2
+    assert counts["pemba"] == 1 and "the" not in counts  # stopwords are not indexed
+    assert 0 < await rds.ttl(key) <= 24 * 3600
+
