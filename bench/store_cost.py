@@ -116,6 +116,7 @@ async def main() -> None:
     p.add_argument("--requests", type=int, default=200, help="requests timed per operation")
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--quality", type=int, default=1000, help="queries scored for quality")
+    p.add_argument("--embedder", default="hash", choices=["hash", "minilm"])
     p.add_argument("--word-share-max", default=None, help="MEMBUS_TEXT_WORD_SHARE_MAX")
     p.add_argument("--ops", default="", help="only the operations whose name holds this")
     args = p.parse_args()
@@ -123,7 +124,7 @@ async def main() -> None:
 
     stack = EmbeddedStack.temporary()
     stack.start_servers()
-    env = {"MEMBUS_EMBEDDER": "hash", "MEMBUS_REDIS_URL": stack.redis_url}
+    env = {"MEMBUS_EMBEDDER": args.embedder, "MEMBUS_REDIS_URL": stack.redis_url}
     if args.word_share_max is not None:
         env["MEMBUS_TEXT_WORD_SHARE_MAX"] = args.word_share_max
     settings = load_settings(env)
@@ -211,7 +212,7 @@ async def main() -> None:
         await rds.aclose()
         stack.stop()
 
-    print(f"\nRedis ms per request (INFO commandstats), {args.requests} requests each, hash")
+    print(f"\nRedis ms per request (commandstats), {args.requests} requests each, {args.embedder}")
     print("| per request, in Redis | " + " | ".join(f"{s:,}" for s in sizes) + " |")
     print("| --- |" + " --- |" * len(sizes))
     for name, by_size in rows.items():
