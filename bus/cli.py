@@ -250,12 +250,10 @@ def add(
 
     async def send(bus: MemoryBus) -> AddReply | Accepted:
         mem = bus.agent(workflow_id=workflow, agent_id=agent)
-        request = mem.add_request(
+        write = mem.durable.add if durable else mem.add
+        return await write(
             type, content, tags=tag or (), importance=importance, ttl_s=ttl, scope=where
         )
-        if durable:
-            return await bus.durable("add", request)
-        return await bus.request("add", request, AddReply)
 
     reply = _ask(nats_url, namespace, send)
     if as_json:

@@ -40,7 +40,7 @@ from contracts.messages import (
 from contracts.subjects import event_subject
 from contracts.types import STATE_TYPE
 from handlers.errors import Conflict, InvalidRequest, NotFound, TooLarge
-from handlers.ops.checks import check_no_nul, check_object, type_config
+from handlers.ops.checks import check_content, check_no_nul, check_object, type_config
 from handlers.ops.clock import expires_ms, ms_to_dt
 from handlers.ops.deps import Deps
 from handlers.ops.events import publish_event
@@ -220,9 +220,13 @@ def check_state_texts(req: CreateStateRequest, content: str) -> None:
         "active_files": req.active_files,
     }
     check_no_nul(**texts)
-    size = len(content.encode())
-    if size <= limits.MAX_CONTENT_BYTES:
-        return
+    try:
+        check_content(content)
+    except TooLarge:
+        raise TooLarge(_too_large_state(texts, content)) from None
+
+
+def _too_large_state(texts: dict[str, list[str]], content: str) -> str:
     sizes = {name: sum(len(t.encode()) for t in values) for name, values in texts.items()}
     # The fields that matter: the largest, and the next if it is a fair share too.
     ranked = sorted(sizes, key=lambda n: -sizes[n])
@@ -232,10 +236,11 @@ def check_state_texts(req: CreateStateRequest, content: str) -> None:
         items = f" in {len(texts[name])} items" if name in ("next_steps", "active_files") else ""
         return f"`{name}` {sizes[name]:,} bytes{items}"
 
-    raise TooLarge(
-        f"The state's text (all its fields together) is {size:,} bytes; the limit is"
-        f" {limits.MAX_CONTENT_BYTES:,} (32 KiB). Most of it: {', '.join(map(said, largest))}."
-        " Shorten them, or keep the details in memories of their own and name them here."
+    return (
+        f"The state's text (all its fields together) is {len(content.encode()):,} bytes; the"
+        f" limit is {limits.MAX_CONTENT_BYTES:,} (32 KiB). Most of it:"
+        f" {', '.join(map(said, largest))}. Shorten them, or keep the details in memories of"
+        " their own and name them here."
     )
 
 

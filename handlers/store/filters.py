@@ -127,21 +127,20 @@ def always_recalled(identity_type: str, min_importance: float, since_ms: int) ->
 _WORD_RE = re.compile(r"\w+", re.UNICODE)
 
 
+def _indexed(word: str) -> bool:
+    """Whether the index holds `word` (a lower-cased word): not a stopword, not punctuation."""
+    return word not in INDEX_STOPWORDS and _ALNUM_RE.search(word) is not None
+
+
 def written_words(*texts: str) -> set[str]:
     """The distinct words of a memory's texts as a query term names them: lower-cased, and
     only those the index holds."""
-    return {
-        word
-        for text in texts
-        for word in _WORD_RE.findall(text.lower())
-        if word not in INDEX_STOPWORDS and _ALNUM_RE.search(word)
-    }
+    return {w for text in texts for w in _WORD_RE.findall(text.lower()) if _indexed(w)}
 
 
 def text_terms(terms: list[str]) -> list[str]:
     """The terms a full-text query carries: words the index holds, at most MAX_TEXT_TERMS."""
-    kept = [t for t in terms if t not in INDEX_STOPWORDS and _ALNUM_RE.search(t)]
-    return kept[:MAX_TEXT_TERMS]
+    return [t for t in terms if _indexed(t)][:MAX_TEXT_TERMS]
 
 
 def text_match(

@@ -46,4 +46,3 @@ class HybridPolicy:
 def broad(matches: int, total: int) -> bool:
     """Whether a filter passes enough memories for batched HNSW search to win."""
     return matches >= BATCHES_MIN_MATCHES and matches >= BATCHES_MIN_SHARE * total
-

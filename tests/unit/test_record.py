@@ -7,6 +7,15 @@ import re
 import msgspec
 import pytest
 
+from contracts.messages import (
+    AddRequest,
+    ExportedMemory,
+    ImportedMemory,
+    Memory,
+    RecalledMemory,
+    ScoredMemory,
+)
+from handlers.ops.replies import READ_ONLY, TO_WIRE, as_record, as_wire
 from handlers.store import scripts
 from handlers.store.record import (
     CANDIDATE_FIELDS,
@@ -173,16 +182,6 @@ def test_scripts_name_fields_by_their_storage_names(name: str) -> None:
 
 # --------------------------------------------------------------------------- wire mapping
 
-from contracts.messages import (  # noqa: E402
-    AddRequest,
-    ExportedMemory,
-    ImportedMemory,
-    Memory,
-    RecalledMemory,
-    ScoredMemory,
-)
-from handlers.ops.replies import READ_ONLY, TO_WIRE, as_record, as_wire  # noqa: E402
-
 RECORD_ATTRS = set(Record.__struct_fields__)
 
 
@@ -199,31 +198,7 @@ def test_every_field_of_an_imported_memory_is_stored_or_given_by_the_read() -> N
 
 
 def test_a_record_goes_to_the_wire_and_back_unchanged() -> None:
-    rec = Record(
-        id="01ABC",
-        type="decision",
-        content="Use Postgres",
-        tags=("db", "infra"),
-        importance=0.8,
-        workflow_id="wf_1",
-        created_at=1_700_000_000_123,
-        updated_at=1_700_000_100_456,
-        expires_at=1_800_000_000_000,
-        agent_id="a1",
-        source="chat",
-        metadata='{"k":[1,2]}',
-        mention_count=3,
-        content_hash="abc",
-        session_id="s1",
-        title="DB",
-        facts=["one", "two"],
-        narrative="why",
-        related_files=["db.py"],
-        related_people=["Ana"],
-        superseded_by="01DEF",
-        workspace="Shop",
-        store="shared",
-    )
+    rec = record(updated_at=T0 + 333, expires_at=T0 + 86_400_000, mention_count=3)
     exported = as_wire(ExportedMemory, rec, access_count=2, last_accessed_at=None)
     wire = msgspec.json.decode(msgspec.json.encode(exported), type=ImportedMemory)
     back = as_record(
