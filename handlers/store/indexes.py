@@ -31,11 +31,13 @@ from handlers.store.failures import is_missing_index
 from handlers.store.keys import (
     OWN_INDEX,
     POOL_SEQUENCE,
+    TALLIES_COMPLETE,
     index_name,
     meta_key,
     pool_dimension_filter,
     pool_number,
     record_prefix,
+    tally_prefix,
     tier_key,
 )
 from handlers.store.resp import index_attributes, text
@@ -128,6 +130,9 @@ class Indexes:
         async with self._guard():
             # The first writer decides what the namespace's vectors are; later ones read it.
             created = await self.client.set(meta_key(ns), msgspec.json.encode(self.mine), nx=True)
+            if created:
+                # A new namespace: its writes count every memory it will hold (`tallies`).
+                await self.client.set(tally_prefix(ns) + TALLIES_COMPLETE, 1)
             meta = _meta_decoder.decode(await self.client.get(meta_key(ns)) or b"")
             tier = await self.client.get(tier_key(ns))
             if tier is None:

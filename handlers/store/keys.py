@@ -88,10 +88,14 @@ def history_prefix(ns: str) -> str:
     return history_key(ns, "")
 
 
-def generation_key(ns: str) -> str:
-    """A counter every write that changes what `describe` reports counts up (adds, updates,
-    deletes): a cached summary is current while it has not moved (see `summaries`)."""
-    return f"{ROOT}:{ns}:gen"
+def tally_prefix(ns: str) -> str:
+    """Prefix of the namespace's tallies: what `describe` reports, kept by every write
+    (see `tallies`). The write scripts take it among their keys."""
+    return f"{ROOT}:{ns}:t:"
+
+
+# Under the tally prefix: set once a namespace's tallies count every memory (`tallies`).
+TALLIES_COMPLETE = "ready"
 
 
 def words_key(ns: str) -> str:

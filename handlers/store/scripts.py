@@ -13,7 +13,7 @@ from string import Template
 
 import msgspec
 
-from handlers.store.record import Record
+from handlers.store.record import PERMANENT_MS, Record
 
 _NAMES = {f.name: f.encode_name for f in msgspec.structs.fields(Record)}
 
@@ -42,11 +42,77 @@ end
 """
 
 
-def _script(source: str, follow: bool = False, pooled: bool = False) -> str:
-    """The script with record field names filled in (and `follow` and `pooled`, where
-    they are used)."""
-    helpers = (_FOLLOW if follow else "") + (_POOLED if pooled else "")
-    return helpers + Template(source).substitute(_NAMES)
+# What `describe` counts of each memory, kept by every write (docs/protocol.md, "describe"):
+# the namespace's tallies, under the prefix p (keys.tally_prefix). p..'d' holds, per memory
+# id, the description it is counted under (JSON: type, store, workspace tag, workflow,
+# general flag, tags, created, expires, superseded flag); p..'h:'..side a hash of counts per
+# side (g: general; w:<workflow>; s:<workspace tag>, every memory of a workspace), keyed by
+# JSON ['n', store, wsh, type, superseded, general] and ['t', store, wsh, tag]; p..'o:'..sha1
+# of (side, store, wsh) the side's memories by created_at (oldest and newest); p..'x' the
+# expiring ones by expires_at, settled once their time has passed (`settle`); p..'n' the
+# namespace's live count. `retally` makes them agree with a memory's record as it is now, so
+# calling it again changes nothing, and a write that calls it after its change is counted
+# exactly once, whatever ran before.
+_TALLY = """
+local function tally_desc(rec, now)
+  local f = redis.call('HMGET', rec, '$type', '$store', 'wsh', '$workflow_id', 'general',
+    '$tags', '$created_at', '$expires_at', 'superseded')
+  if not f[1] or not f[8] or tonumber(f[8]) <= now then return false end
+  return {f[1], f[2] or '', f[3] or '', f[4] or '', f[5] == '1' and '1' or '0', f[6] or '',
+    f[7] or '0', f[8], f[9] == '1' and '1' or ''}
+end
+local function tally_apply(p, id, d, sign)
+  local store, wsh, g = d[2], d[3], d[5]
+  local sides = {g == '1' and 'g' or ('w:' .. d[4])}
+  if wsh ~= '' then sides[2] = 's:' .. wsh end
+  redis.call('INCRBY', p .. 'n', sign)
+  for _, side in ipairs(sides) do
+    local h = p .. 'h:' .. side
+    local fields = {cjson.encode({'n', store, wsh, d[1], d[9], g})}
+    for tag in string.gmatch(d[6], '[^,]+') do
+      fields[#fields + 1] = cjson.encode({'t', store, wsh, tag})
+    end
+    for _, field in ipairs(fields) do
+      if redis.call('HINCRBY', h, field, sign) <= 0 then redis.call('HDEL', h, field) end
+    end
+    local o = p .. 'o:' .. redis.sha1hex(cjson.encode({side, store, wsh}))
+    if sign > 0 then redis.call('ZADD', o, d[7], id) else redis.call('ZREM', o, id) end
+  end
+end
+local function retally(p, id, rec, now)
+  local new = tally_desc(rec, now)
+  local enc = new and cjson.encode(new) or false
+  local old = redis.call('HGET', p .. 'd', id)
+  if old == enc then return end
+  if old then tally_apply(p, id, cjson.decode(old), -1) end
+  if new then
+    tally_apply(p, id, new, 1)
+    redis.call('HSET', p .. 'd', id, enc)
+    if tonumber(new[8]) < $permanent then
+      redis.call('ZADD', p .. 'x', new[8], id)
+    else
+      redis.call('ZREM', p .. 'x', id)
+    end
+  else
+    redis.call('HDEL', p .. 'd', id)
+    redis.call('ZREM', p .. 'x', id)
+  end
+end
+-- Uncount up to `limit` memories whose expiry has passed (`recs`: the record key prefix);
+-- how many there were.
+local function settle(p, recs, now, limit)
+  local due = redis.call('ZRANGEBYSCORE', p .. 'x', '-inf', now, 'LIMIT', 0, limit)
+  for _, id in ipairs(due) do retally(p, id, recs .. id, now) end
+  return #due
+end
+"""
+
+
+def _script(source: str, follow: bool = False, pooled: bool = False, tally: bool = False) -> str:
+    """The script with record field names filled in (and `follow`, `pooled` and `tally`,
+    where they are used)."""
+    helpers = (_FOLLOW if follow else "") + (_POOLED if pooled else "") + (_TALLY if tally else "")
+    return Template(helpers + source).substitute(_NAMES, permanent=PERMANENT_MS)
 
 
 # Read live memories and (when ARGV[2] is '1') count this access, in one round trip. ARGV[1]
@@ -93,12 +159,13 @@ return out
 # history gets a `deleted` entry and outlives the memory by ARGV[4] ms. Memories of the
 # immutable type ARGV[5] (states) are never deleted: if one is among them, nothing is, and
 # the result is {'immutable', its id}.
-# KEYS: record, access and history key of each memory, then the namespace's generation
-# (counted up when a memory is deleted). ARGV[1] is now (ms), ARGV[2] the
+# KEYS: record, access and history key of each memory, then the namespace's tally prefix
+# (keys.tally_prefix: each deleted memory is uncounted). ARGV[1] is now (ms), ARGV[2] the
 # namespace's dedup key prefix, ARGV[3] the history entry, ARGV[4] how long history stays,
 # ARGV[5] the immutable type, ARGV[6..] the fields to return, `expires_at` first. Each result
 # is false (missing or expired) or the field values.
-DELETE_LUA = _script("""
+DELETE_LUA = _script(
+    """
 local out = {}
 local now = tonumber(ARGV[1])
 local fields = {}
@@ -117,17 +184,22 @@ for i = 1, last, 3 do
   local vals = redis.call('HMGET', rec, unpack(fields))
   if f[1] and tonumber(vals[1] or '0') > now then
     redis.call('DEL', rec, acc)
-    redis.call('INCR', KEYS[#KEYS])
+    retally(KEYS[#KEYS], f[1], rec, now)
     redis.call('RPUSH', hist, ARGV[3])
     redis.call('PEXPIRE', hist, ARGV[4])
     out[#out + 1] = vals
   else
-    if f[1] then redis.call('DEL', rec, acc) end
+    if f[1] then
+      redis.call('DEL', rec, acc)
+      retally(KEYS[#KEYS], f[1], rec, now)
+    end
     out[#out + 1] = false
   end
 end
 return out
-""")
+""",
+    tally=True,
+)
 
 # Add a memory unless its exact content (same type and scope) is already live: then count a
 # mention of that memory (mention_count, updated_at, a `mentioned` history entry) instead and
@@ -138,9 +210,9 @@ return out
 # record's field/value pairs. Returns false when it wrote the new memory, else the repeated
 # memory's field values; 1 when the new record's key exists already: a durable write applied
 # again (its id derives from its request id), which must change nothing. KEYS[3]: the
-# namespace's generation (see keys.generation_key), counted up when a memory is written;
-# KEYS[4]: its tier (keys.tier_key). Returns 2, writing nothing, when the namespace has no
-# tier: Redis lost it, and the caller sets the namespace up again.
+# namespace's tally prefix (keys.tally_prefix): the new memory is counted, and up to 10
+# expired ones uncounted; KEYS[4]: its tier (keys.tier_key). Returns 2, writing nothing,
+# when the namespace has no tier: Redis lost it, and the caller sets the namespace up again.
 ADD_LUA = _script(
     """
 local dkey, rec = KEYS[1], KEYS[2]
@@ -170,9 +242,10 @@ local pairs = {}
 for j = 7 + n, #ARGV do pairs[#pairs + 1] = ARGV[j] end
 pooled(KEYS[4], pairs)
 redis.call('HSET', rec, unpack(pairs))
-redis.call('INCR', KEYS[3])
 local id = redis.call('HGET', rec, '$id')
 if ARGV[2] ~= '0' then redis.call('PEXPIREAT', rec, ARGV[2]) end
+retally(KEYS[3], id, rec, now)
+settle(KEYS[3], ARGV[3], now, 10)
 redis.call('RPUSH', ARGV[4] .. id, ARGV[5])
 follow(ARGV[4] .. id, rec)
 if dkey ~= '' then
@@ -183,6 +256,7 @@ return false
 """,
     follow=True,
     pooled=True,
+    tally=True,
 )
 
 # Count one more mention of a live memory (a near-duplicate add) in the given workspace.
@@ -210,10 +284,11 @@ return redis.call('HMGET', KEYS[1], unpack(fields))
 
 # Update a live memory: set fields, move its dedup key, append the history entry, and
 # re-apply expiry to every key. KEYS: record, access, old dedup key, new dedup key, history,
-# the namespace's generation.
+# the namespace's tally prefix (the memory is counted as it is after the update).
 # ARGV: now, expiry ('keep', 'persist' or ms), the history entry, then field/value pairs.
 # Returns false when the memory is missing or expired.
-UPDATE_LUA = _script("""
+UPDATE_LUA = _script(
+    """
 local rec, acc, olddk, newdk, hist = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local now = tonumber(ARGV[1])
 local f = redis.call('HMGET', rec, '$id', '$expires_at')
@@ -221,7 +296,6 @@ if not f[1] or tonumber(f[2]) <= now then return false end
 local pairs = {}
 for j = 4, #ARGV do pairs[#pairs + 1] = ARGV[j] end
 if #pairs > 0 then redis.call('HSET', rec, unpack(pairs)) end
-redis.call('INCR', KEYS[6])
 if olddk ~= newdk and newdk ~= '' then
   if redis.call('GET', olddk) == f[1] then redis.call('DEL', olddk) end
   redis.call('SET', newdk, f[1], 'NX')
@@ -235,15 +309,19 @@ for _, k in ipairs(keys) do
   if t == 'persist' or t == -1 then redis.call('PERSIST', k)
   elseif tonumber(t) > 0 then redis.call('PEXPIREAT', k, t) end
 end
+retally(KEYS[6], f[1], rec, now)
 return 1
-""")
+""",
+    tally=True,
+)
 
 # Mark live memories as superseded by a newer one: set its id (and the index flag), append a
 # `superseded` history entry with the old and new `superseded_by`, drop its exact-dedup key
 # (the same content added again is a new, current memory), and return each one's fields.
-# KEYS: record and history key of each memory. ARGV: now, the newer id, the history entry,
-# the dedup key prefix, n, the n field/value pairs to set (2n values), then the fields to
-# return, `expires_at` first. Each result is false (missing or expired) or the values.
+# KEYS: record and history key of each memory, then the namespace's tally prefix. ARGV: now,
+# the newer id, the history entry, the dedup key prefix, n, the n field/value pairs to set
+# (2n values), then the fields to return, `expires_at` first. Each result is false (missing
+# or expired) or the values.
 SUPERSEDE_LUA = _script(
     """
 local out = {}
@@ -252,7 +330,7 @@ local n = tonumber(ARGV[5])
 local pairs, fields = {}, {}
 for j = 6, 5 + 2 * n do pairs[#pairs + 1] = ARGV[j] end
 for j = 6 + 2 * n, #ARGV do fields[#fields + 1] = ARGV[j] end
-for i = 1, #KEYS, 2 do
+for i = 1, #KEYS - 1, 2 do
   local rec, hist = KEYS[i], KEYS[i + 1]
   local f = redis.call('HMGET', rec, '$id', '$expires_at', '$superseded_by', '$content_hash')
   if f[1] and tonumber(f[2]) > now then
@@ -265,6 +343,7 @@ for i = 1, #KEYS, 2 do
     entry['changes'] = {superseded_by = {old = f[3] or cjson.null, new = ARGV[2]}}
     redis.call('RPUSH', hist, cjson.encode(entry))
     follow(hist, rec)
+    retally(KEYS[#KEYS], f[1], rec, now)
     out[#out + 1] = redis.call('HMGET', rec, unpack(fields))
   else
     out[#out + 1] = false
@@ -273,6 +352,7 @@ end
 return out
 """,
     follow=True,
+    tally=True,
 )
 
 # Create a workspace unless its name is taken (check and write in one step, so two handlers
@@ -310,7 +390,7 @@ return 1
 
 # Create a state: its workspace must exist and its name be new there, forever; the name's
 # claim and the state's memory are written in one step. KEYS: the workspace, its states,
-# the new record, its history, the namespace's generation, its tier. ARGV: name, the states
+# the new record, its history, the namespace's tally prefix, its tier. ARGV: name, the states
 # entry (JSON), expires (ms, or 0 for permanent), the history entry, the most states a
 # workspace may hold, then the record's field/value pairs. Returns 'ok', 'no_workspace',
 # 'exists', 'full', or 'unset' (the namespace has no tier: see ADD_LUA).
@@ -325,14 +405,16 @@ local pairs = {}
 for j = 6, #ARGV do pairs[#pairs + 1] = ARGV[j] end
 pooled(KEYS[6], pairs)
 redis.call('HSET', KEYS[3], unpack(pairs))
-redis.call('INCR', KEYS[5])
 if ARGV[3] ~= '0' then redis.call('PEXPIREAT', KEYS[3], ARGV[3]) end
+-- A new memory: counted whatever the time (0), its expiry was checked by the caller.
+retally(KEYS[5], redis.call('HGET', KEYS[3], '$id'), KEYS[3], 0)
 redis.call('RPUSH', KEYS[4], ARGV[4])
 follow(KEYS[4], KEYS[3])
 return 'ok'
 """,
     follow=True,
     pooled=True,
+    tally=True,
 )
 
 # Archive a state: add its name to the archived set and note it in its memory's history.
@@ -355,7 +437,7 @@ return id
 
 # Write an exported memory back as it was (`import`), unless its id exists: then nothing
 # changes, so an import run twice is the same as once. KEYS: record, access, history, dedup
-# key ('' for none), the namespace's generation, its tier. ARGV: expiry (ms, '0' permanent),
+# key ('' for none), the namespace's tally prefix, its tier. ARGV: expiry (ms, '0' permanent),
 # access count, last access (ms or ''), the history entry (written only into an empty
 # history), then the record's field/value pairs. The dedup key is set only where no other
 # memory holds it. Returns 1 when written, 0 when the id exists, 2 (nothing written) when the
@@ -368,8 +450,8 @@ local pairs = {}
 for j = 5, #ARGV do pairs[#pairs + 1] = ARGV[j] end
 pooled(KEYS[6], pairs)
 redis.call('HSET', KEYS[1], unpack(pairs))
-redis.call('INCR', KEYS[5])
 if ARGV[1] ~= '0' then redis.call('PEXPIREAT', KEYS[1], ARGV[1]) end
+retally(KEYS[5], redis.call('HGET', KEYS[1], '$id'), KEYS[1], 0)
 if tonumber(ARGV[2]) > 0 or ARGV[3] ~= '' then
   redis.call('HSET', KEYS[2], 'access_count', ARGV[2])
   if ARGV[3] ~= '' then redis.call('HSET', KEYS[2], 'last_accessed_at', ARGV[3]) end
@@ -385,4 +467,49 @@ return 1
 """,
     follow=True,
     pooled=True,
+    tally=True,
+)
+
+# Make the tallies agree with each memory's record (see _TALLY): counts a namespace's
+# memories written before tallies existed, a batch at a time. KEYS: the tally prefix, then
+# record keys. ARGV: now, then each record's memory id.
+RETALLY_LUA = _script(
+    """
+for i = 2, #KEYS do retally(KEYS[1], ARGV[i], KEYS[i], tonumber(ARGV[1])) end
+return #KEYS - 1
+""",
+    tally=True,
+)
+
+# What `describe` reads of a namespace: nothing (false) until its tallies are complete
+# (p..'ready'), else, after uncounting every memory whose expiry has passed, for each side
+# asked for: its counts (HGETALL) and, per store and workspace tag in it, the created_at of
+# its oldest and newest memory. KEYS: the tally prefix. ARGV: now, the record key prefix,
+# then the sides.
+TALLY_READ_LUA = _script(
+    """
+local p, now = KEYS[1], tonumber(ARGV[1])
+if redis.call('EXISTS', p .. 'ready') == 0 then return false end
+while settle(p, ARGV[2], now, 1000) == 1000 do end
+local out = {}
+for j = 3, #ARGV do
+  local side = ARGV[j]
+  local counts = redis.call('HGETALL', p .. 'h:' .. side)
+  local bounds, seen = {}, {}
+  for i = 1, #counts, 2 do
+    local f = cjson.decode(counts[i])
+    local combo = cjson.encode({side, f[2], f[3]})
+    if f[1] == 'n' and not seen[combo] then
+      seen[combo] = true
+      local o = p .. 'o:' .. redis.sha1hex(combo)
+      local first = redis.call('ZRANGE', o, 0, 0, 'WITHSCORES')
+      local last = redis.call('ZRANGE', o, -1, -1, 'WITHSCORES')
+      bounds[#bounds + 1] = {f[2], f[3], first[2] or '', last[2] or ''}
+    end
+  end
+  out[#out + 1] = {counts, bounds}
+end
+return out
+""",
+    tally=True,
 )

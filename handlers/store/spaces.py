@@ -185,7 +185,7 @@ class Spaces:
             keys.states_key(ns, workspace),
             keys.record_key(ns, rec.id),
             keys.history_key(ns, rec.id),
-            keys.generation_key(ns),
+            keys.tally_prefix(ns),
             keys.tier_key(ns),
         ]
 

@@ -62,7 +62,7 @@ from handlers.store.scripts import (
 )
 from handlers.store.sessions import Sessions
 from handlers.store.spaces import Spaces
-from handlers.store.summaries import Overview, Summaries
+from handlers.store.tallies import Overview, Tallies
 from handlers.store.transfer import Transfer
 
 log = structlog.get_logger("membus.store")
@@ -170,7 +170,9 @@ class Store:
         self._dropping = False
         self._background: set[asyncio.Future[None]] = set()
         self._locks = Locks(client, self._guard)
-        self.summaries = Summaries(client, self._guard)
+        # What `describe` reports, kept by the writes.
+        self.tallies = Tallies(client, self._guard)
+        self._rebuilding: set[str] = set()
 
     async def write_with_setup(
         self, ns: str, write: Callable[[], Awaitable[T]], unset: object
@@ -181,7 +183,6 @@ class Store:
             out = await write()
         if out == unset:
             self.indexes.forget(ns)
-            self.summaries.forget(ns)
             await self.indexes.get(ns)
             async with self._guard():
                 out = await write()
@@ -200,7 +201,6 @@ class Store:
 
     def _lost(self) -> None:
         self.indexes.forget_all()
-        self.summaries.forget()
         # The pool's idle connections died with the old Redis: drop them now rather than
         # find out one request at a time (in-use ones fail and reconnect on their own).
         pool = getattr(self.client, "connection_pool", None)
@@ -232,7 +232,7 @@ class Store:
         args: list[Any] = [now_ms, expires, keys.record_prefix(ns), keys.history_prefix(ns)]
         args += [_entry(entry), len(RECORD_FIELDS), *RECORD_FIELDS]
         dedup = keys.dedup_key(ns, rec.content_hash)
-        add_keys = [dedup, keys.record_key(ns, rec.id), keys.generation_key(ns), keys.tier_key(ns)]
+        add_keys = [dedup, keys.record_key(ns, rec.id), keys.tally_prefix(ns), keys.tier_key(ns)]
         space = await self.indexes.get(ns)
         out = await self.write_with_setup(
             ns, lambda: self._add(keys=add_keys, args=args + _args(fields)), _UNSET
@@ -264,7 +264,6 @@ class Store:
         async with self.exclusive(ns, "promote", hold_s=120.0):
             if await self.indexes.promote(ns):
                 self._pooled_adds.pop(ns, None)
-                self.summaries.forget(ns)
 
     async def mention(
         self, ns: str, memory_id: str, now_ms: int, entry: Entry, workspace: str | None
@@ -303,7 +302,7 @@ class Store:
             keys.dedup_key(ns, old.content_hash),
             keys.dedup_key(ns, new.content_hash),
             keys.history_key(ns, old.id),
-            keys.generation_key(ns),
+            keys.tally_prefix(ns),
         ]
         args = [now_ms, expiry, _entry(entry), *_args(fields)]
         async with self._guard():
@@ -335,7 +334,7 @@ class Store:
         args += [immutable_type, *RECORD_FIELDS]
         async with self._guard():
             rows = await self._delete(
-                keys=[*keys.memory_keys(ns, ids, history=True), keys.generation_key(ns)],
+                keys=[*keys.memory_keys(ns, ids, history=True), keys.tally_prefix(ns)],
                 args=args,
             )
         if rows and not isinstance(rows[0], list | None):
@@ -352,6 +351,7 @@ class Store:
         memory_keys: list[str] = []
         for mid in ids:
             memory_keys += [keys.record_key(ns, mid), keys.history_key(ns, mid)]
+        memory_keys.append(keys.tally_prefix(ns))
         pairs = _args(supersede_fields(by))
         args: list[Any] = [now_ms, by, _entry(entry), keys.dedup_prefix(ns), len(pairs) // 2]
         args += [*pairs, *RECORD_FIELDS]
@@ -626,14 +626,25 @@ class Store:
         return [keys.id_of(ns, key) for key, _ in found.docs], found.total
 
     async def overview(self, ns: str, scope: ReadScope, now_ms: int) -> Overview:
-        """What `describe` reports of the memories live in a scope, cached while exact
-        (see `summaries`)."""
-        return await self.summaries.overview(
-            ns,
-            str(read_filter(None, scope)),
-            now_ms,
-            lambda: self.aggregate(ns, read_filter(now_ms, scope)),
-        )
+        """What `describe` reports of the memories live in a scope: from the tallies the
+        writes keep (see `tallies`), or, in a namespace from before them, by aggregating
+        while they are counted once in the background."""
+        await self.indexes.get(ns)
+        seen = await self.tallies.overview(ns, scope, now_ms)
+        if seen is not None:
+            return seen
+        if ns not in self._rebuilding:
+            self._rebuilding.add(ns)
+            self._later(self._rebuild_tallies(ns, now_ms), "store.tally_rebuild_failed")
+        return Overview.of(await self.aggregate(ns, read_filter(now_ms, scope)))
+
+    async def _rebuild_tallies(self, ns: str, now_ms: int) -> None:
+        try:
+            async with self.exclusive(ns, "tally", hold_s=300.0):
+                counted = await self.tallies.rebuild(ns, now_ms)
+            log.info("tally.rebuilt", namespace=ns, memories=counted)
+        finally:
+            self._rebuilding.discard(ns)
 
     async def aggregate(self, ns: str, where: FilterExpression) -> list[TypeGroup]:
         """Counts by type and scope side, tag lists and created_at bounds: no content."""
@@ -677,7 +688,6 @@ class Store:
                     if tier is not None and text(tier) == str(space.pool):
                         return out
             self.indexes.forget(ns)
-            self.summaries.forget(ns)
             space = await self.indexes.get(ns)
         return out  # the pool was left twice in a row: a namespace is promoted only once
 

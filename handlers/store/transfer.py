@@ -79,7 +79,7 @@ class Transfer:
             keys.access_key(ns, rec.id),
             keys.history_key(ns, rec.id),
             keys.dedup_key(ns, rec.content_hash),
-            keys.generation_key(ns),
+            keys.tally_prefix(ns),
             keys.tier_key(ns),
         ]
         args: list[Any] = [

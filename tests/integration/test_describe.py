@@ -1,14 +1,24 @@
-"""`describe` serves a cached summary while it is exact: every write, expiry and concurrent
-writer must show in the next call, through one handler or several."""
+"""`describe` reads counts the writes keep (handlers/store/tallies.py): every write, expiry
+and concurrent writer must show in the next call, through one handler or several, and the
+counts must equal an aggregation over the memories live at the same moment."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import random
+import time
 
 import pytest
 import redis.asyncio as aioredis
+from inprocess import InProcess
 
 from bus import AgentMemory, MemoryBus
+from bus.errors import NotFound
+from handlers.store.filters import ReadScope, read_filter
+from handlers.store.keys import TALLIES_COMPLETE, tally_prefix
+from handlers.store.store import Store
+from handlers.store.tallies import Overview
 
 pytestmark = pytest.mark.transports("in_process", "nats")
 
@@ -92,29 +102,123 @@ async def test_concurrent_writers_never_leave_a_stale_summary(bus: MemoryBus) ->
         assert (await agent.describe(scope="general")).total == len(kept)
 
 
+STORES = ("private", "shared", "social")
+
+
+def _scopes() -> list[ReadScope]:
+    """Every shape of scope `describe` reads: each workflow (with and without the general
+    memories), the general ones, whole workspaces, in and out of a workspace, and each
+    reduced set of stores."""
+    shapes: list[ReadScope] = []
+    for workspace in (None, "A", "B"):
+        for stores in (None, ("private",), ("private", "shared"), ("shared", "social")):
+            shapes.append(ReadScope(None, True, workspace, stores))
+            if workspace is not None:
+                shapes.append(ReadScope(None, False, workspace, stores))
+            for wf in ("wf_0", "wf_1", "wf_2"):
+                shapes += [ReadScope(wf, True, workspace, stores)]
+                shapes += [ReadScope(wf, False, workspace, stores)]
+    return shapes
+
+
+async def _assert_counts_equal_aggregation(store: Store, ns: str) -> None:
+    now = int(time.time() * 1000)
+    for scope in _scopes():
+        kept = await store.overview(ns, scope, now)
+        full = Overview.of(await store.aggregate(ns, read_filter(now, scope)))
+        assert kept == full, scope
+
+
+async def _mixed_run(bus: MemoryBus, seed: int) -> None:
+    """Eight agents in three workflows at once: adds in every store, workspace and scope
+    (some expiring within 2 s), tag and TTL updates, deletes and supersedes."""
+    rng = random.Random(seed)
+    await bus.create_workspace("A", description="a", root_folder="/a", purpose="p")
+    await bus.create_workspace("B", description="b", root_folder="/b", purpose="p")
+
+    async def agent_run(i: int) -> None:
+        mem = bus.agent(workflow_id=f"wf_{i % 3}", agent_id=f"a{i}")
+        mine: list[str] = []
+        for j in range(30):
+            roll = rng.random()
+            if roll < 0.55 or not mine:
+                added = await mem.add(
+                    rng.choice(["knowledge", "decision", "user_pref"]),
+                    f"agent {i} note {j} {rng.random()}",
+                    tags=rng.sample(["red", "blue", "green", "gold"], rng.randint(0, 2)),
+                    scope=rng.choice(["general", "workflow"]),
+                    ttl_s=rng.choice([None, None, 1, 2]),
+                    workspace=rng.choice([None, "A", "B"]),
+                    store=rng.choice(STORES),
+                    supersedes=[mine[-1]] if mine and rng.random() < 0.2 else [],
+                )
+                mine.append(added.id)
+            elif roll < 0.75:
+                with contextlib.suppress(NotFound):  # expired meanwhile
+                    await mem.update(
+                        rng.choice(mine),
+                        tags=rng.sample(["red", "blue", "teal"], rng.randint(0, 2)),
+                        ttl_s=rng.choice([None, 0, 1, 3]),
+                    )
+            else:
+                await mem.delete([mine.pop(rng.randrange(len(mine)))])
+
+    await asyncio.gather(*(agent_run(i) for i in range(8)))
+
+
+@pytest.mark.transports("in_process", "nats")
+async def test_counts_equal_an_aggregation_after_a_mixed_run_with_expiries(
+    bus: MemoryBus, in_process: InProcess, ns: str
+) -> None:
+    store = in_process.deps.store
+    await _mixed_run(bus, seed=7)
+    await _assert_counts_equal_aggregation(store, ns)
+
+    await asyncio.sleep(3.1)  # the behaviour under test: every short TTL passing
+
+    await _assert_counts_equal_aggregation(store, ns)
+    general = await bus.agent(workflow_id="wf_0").describe()
+    assert general.total == general.general_count + general.workflow_count
+
+
 @pytest.mark.transports("in_process")
-async def test_describe_without_changes_does_not_aggregate_again(
+async def test_describe_never_aggregates_once_counts_are_kept(
     wf123: AgentMemory, rds: aioredis.Redis
 ) -> None:
-    await wf123.add("knowledge", "one fact")
-    await wf123.describe()
     calls = await _aggregations(rds)
+    first = await wf123.add("knowledge", "one fact", ttl_s=1)
+    await wf123.describe()
+    await wf123.update(first.id, tags=["x"])
+    await wf123.add("decision", "two", supersedes=[first.id])
+    await asyncio.sleep(1.1)  # an expiry, settled by the next describe
 
     again = await wf123.describe()
 
-    assert again.total == 1
+    assert (again.total, again.by_type) == (1, {"decision": 1})
     assert await _aggregations(rds) == calls
 
 
 @pytest.mark.transports("in_process")
-async def test_a_redis_that_lost_memories_is_not_answered_from_the_cache(
-    wf123: AgentMemory, rds: aioredis.Redis, ns: str
+async def test_a_namespace_without_counts_is_aggregated_then_counted_once(
+    wf123: AgentMemory, rds: aioredis.Redis, in_process: InProcess, ns: str
 ) -> None:
-    gone = await wf123.add("knowledge", "lost with the data")
-    await wf123.add("knowledge", "kept")
-    assert (await wf123.describe()).total == 2
+    await wf123.add("knowledge", "alpha", tags=["red"])
+    await wf123.add("decision", "beta", scope="general", ttl_s=60)
+    gone = await wf123.add("knowledge", "gamma")
+    # As a namespace written by a version without counts: no tally keys at all.
+    await rds.delete(*[key async for key in rds.scan_iter(match=f"{tally_prefix(ns)}*")])
+    await wf123.delete([gone.id])
 
-    # As a Redis restarted from an older snapshot: a memory and the generation gone.
-    await rds.delete(f"membus:{ns}:m:{gone.id}", f"membus:{ns}:gen")
+    aggregated = await wf123.describe()
+    assert (aggregated.total, aggregated.tags) == (2, ["red"])
+    for _ in range(100):  # counted in the background
+        if await rds.exists(tally_prefix(ns) + TALLIES_COMPLETE):
+            break
+        await asyncio.sleep(0.02)
+    calls = await _aggregations(rds)
 
-    assert (await wf123.describe()).total == 1
+    counted = await wf123.describe()
+
+    assert counted == aggregated
+    assert await _aggregations(rds) == calls
+    await _assert_counts_equal_aggregation(in_process.deps.store, ns)

@@ -1,0 +1,168 @@
+"""`describe`'s counts, kept by the writes instead of aggregated per call.
+
+Every write script counts the memories it changes as they are after it (`scripts._TALLY`):
+per side of a scope (general, a workflow, a workspace), by store, workspace, type and
+superseded flag, per tag, and each side's memories by creation time. Memories that reach
+their expiry are not written to: they are uncounted from a sorted set of expiry times when
+their time has passed, by the next `describe` (all that are due) or `add` (up to 10). So a
+`describe` reads a few small hashes whatever the size of the namespace, and its counts are
+exact at its `now`: the same as an aggregation over the memories live then.
+
+A namespace created before tallies existed has none until `rebuild` has counted its
+memories once (`describe` aggregates meanwhile); one created since is marked complete from
+its first moment (`Indexes`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple
+
+import msgspec
+import redis.asyncio as aioredis
+
+from handlers.store import keys
+from handlers.store.filters import ReadScope
+from handlers.store.record import TypeGroup, workspace_tag
+from handlers.store.resp import text
+from handlers.store.scripts import RETALLY_LUA, TALLY_READ_LUA
+
+_decode = msgspec.json.Decoder(list[str]).decode
+
+
+class Overview(NamedTuple):
+    """What `describe` reports of the memories in a scope."""
+
+    by_type: dict[str, int]
+    tags: list[str]  # sorted
+    general_count: int
+    workflow_count: int
+    # Of the memories counted, those a newer one superseded (lists and searches leave them out).
+    superseded_count: int
+    oldest: int | None
+    newest: int | None
+
+    @classmethod
+    def of(cls, groups: list[TypeGroup]) -> Overview:
+        """From an aggregation's groups (`Store.aggregate`)."""
+        by_type: dict[str, int] = {}
+        tags: set[str] = set()
+        general = workflow = superseded = 0
+        for g in groups:
+            if g.superseded == "1":
+                superseded += g.n
+            by_type[g.type] = by_type.get(g.type, 0) + g.n
+            if g.general:
+                general += g.n
+            else:
+                workflow += g.n
+            tags |= g.tag_set()
+        return cls(
+            by_type=dict(sorted(by_type.items())),
+            tags=sorted(tags),
+            general_count=general,
+            workflow_count=workflow,
+            superseded_count=superseded,
+            oldest=min((int(g.oldest) for g in groups), default=None),
+            newest=max((int(g.newest) for g in groups), default=None),
+        )
+
+
+def sides(scope: ReadScope) -> list[str]:
+    """The tally sides (see `scripts._TALLY`) whose memories make up the scope, before its
+    workspace and store filters."""
+    if scope.workflow_id is not None:
+        return [f"w:{scope.workflow_id}", *(["g"] if scope.general else [])]
+    if scope.workspace is not None and not scope.general:
+        return [f"s:{workspace_tag(scope.workspace)}"]
+    return ["g"]
+
+
+class Tallies:
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        guard: Callable[[], contextlib.AbstractAsyncContextManager[None]],
+    ) -> None:
+        self.client = client
+        self._guard = guard
+        self._read = client.register_script(TALLY_READ_LUA)
+        self._retally = client.register_script(RETALLY_LUA)
+
+    async def overview(self, ns: str, scope: ReadScope, now_ms: int) -> Overview | None:
+        """The overview of the memories live at `now_ms` in `scope`, or None while the
+        namespace's tallies are not complete."""
+        asked = sides(scope)
+        args: list[str | int] = [now_ms, keys.record_prefix(ns), *asked]
+        async with self._guard():
+            raw = await self._read(keys=[keys.tally_prefix(ns)], args=args)
+        if raw is None:
+            return None
+        wsh = workspace_tag(scope.workspace) if scope.workspace is not None else None
+
+        def wanted(store: str, memory_wsh: str) -> bool:
+            if wsh is not None and memory_wsh != wsh:
+                return False
+            return scope.stores is None or store in scope.stores
+
+        by_type: dict[str, int] = {}
+        tags: set[str] = set()
+        general = workflow = superseded = 0
+        oldest: list[int] = []
+        newest: list[int] = []
+        for counts, bounds in raw:
+            for field, n in _pairs(counts):
+                kind, store, memory_wsh, *rest = _decode(field)
+                if not wanted(store, memory_wsh):
+                    continue
+                if kind == "t":
+                    tags.add(rest[0])
+                    continue
+                type_, flag, general_flag = rest
+                by_type[type_] = by_type.get(type_, 0) + n
+                superseded += n if flag == "1" else 0
+                if general_flag == "1":
+                    general += n
+                else:
+                    workflow += n
+            for store, memory_wsh, first, last in bounds:
+                if wanted(text(store), text(memory_wsh)) and first:
+                    oldest.append(int(float(first)))
+                    newest.append(int(float(last)))
+        return Overview(
+            by_type=dict(sorted(by_type.items())),
+            tags=sorted(tags),
+            general_count=general,
+            workflow_count=workflow,
+            superseded_count=superseded,
+            oldest=min(oldest, default=None),
+            newest=max(newest, default=None),
+        )
+
+    async def rebuild(self, ns: str, now_ms: int, batch: int = 500) -> int:
+        """Count every memory of a namespace that has no complete tallies (written by an
+        older version), then mark them complete; how many memories were read. Writes
+        meanwhile count themselves, and counting a memory twice changes nothing."""
+        prefix = keys.tally_prefix(ns)
+        found = 0
+        async with self._guard():
+            keys_seen: list[Any] = []
+            async for key in self.client.scan_iter(match=f"{keys.record_prefix(ns)}*", count=1000):
+                keys_seen.append(key)
+                if len(keys_seen) >= batch:
+                    found += await self._count(ns, prefix, keys_seen, now_ms)
+                    keys_seen = []
+            if keys_seen:
+                found += await self._count(ns, prefix, keys_seen, now_ms)
+            await self.client.set(prefix + keys.TALLIES_COMPLETE, 1)
+        return found
+
+    async def _count(self, ns: str, prefix: str, records: list[Any], now_ms: int) -> int:
+        ids = [keys.id_of(ns, text(key)) for key in records]
+        return int(await self._retally(keys=[prefix, *records], args=[now_ms, *ids]))
+
+
+def _pairs(flat: list[Any]) -> Iterator[tuple[bytes, int]]:
+    for i in range(0, len(flat), 2):
+        yield flat[i], int(flat[i + 1])
