@@ -31,7 +31,6 @@ from handlers.ops.search import ranked_candidates
 from handlers.ops.vectors import request_vector
 from handlers.store.filters import always_recalled, read_filter
 from handlers.store.record import Candidate, Record
-from handlers.store.sessions import Recalled
 
 IDENTITY = "identity"
 # Path 2 takes the search's best this many; path 1 at most this many, the closest first.
@@ -68,10 +67,10 @@ async def recall(ns: str, req: RecallRequest, deps: Deps) -> RecallReply:
                 f'Session "{sid}" has reached the last turn ({limits.MAX_TURN}): recall with a'
                 " new session_id."
             )
-        window = {mid: r for mid, r in seen.items() if abs(turn - r.turn) < req.reinject_after}
+        window = {mid for mid, t in seen.items() if abs(turn - t) < req.reinject_after}
         stale = [mid for mid in seen if mid not in window]
         picks = await _candidates(ns, req, deps, now)
-        chosen, units, similar = await _dedup(
+        chosen, similar = await _dedup(
             ns, deps, picks, window, req.dedup_threshold, req.limit
         )
         # Only what is returned counts as an access (some chosen ones may not fit).
@@ -97,11 +96,11 @@ async def recall(ns: str, req: RecallRequest, deps: Deps) -> RecallReply:
                 break
             results.append(result)
             lines.append(line)
-        given = {r.id: units.get(r.id) for r in results}
+        given = [r.id for r in results]
         # A memory given again this turn has a new record: it is not stale any more.
         stale = [mid for mid in stale if mid not in given]
         await deps.store.sessions.recalled(ns, sid, turn, given, stale, ttl_s)
-    deps.store.touch_later(ns, list(given), now)
+    deps.store.touch_later(ns, given, now)
     return RecallReply(
         turn=turn,
         results=results,
@@ -175,23 +174,21 @@ async def _dedup(
     ns: str,
     deps: Deps,
     picks: list[Pick],
-    window: dict[str, Recalled],
+    window: set[str],
     threshold: float,
     limit: int,
-) -> tuple[list[Pick], dict[str, np.ndarray], int]:
+) -> tuple[list[Pick], int]:
     """The picks not recalled within the window and not too similar to one chosen this turn
-    or recalled within the window (at most `limit`, a few more for the token budget), their
-    unit vectors, and how many the similarity cut. The window's vectors come with the
-    session's state; candidates' are read as the walk needs them."""
+    or recalled within the window (at most `limit`, a few more for the token budget), and
+    how many the similarity cut. The vectors of the window's memories are read with the
+    first candidates'; later candidates' as the walk needs them."""
     fresh = [p for p in picks if p.id not in window]
     if threshold >= 1.0:
-        return fresh[: limit + EXTRA], {}, 0
-    against = [r.vector for r in window.values() if r.vector is not None]
-    # Memories recalled without a vector kept (with dedup off) are read, once.
-    unknown = [mid for mid, r in window.items() if r.vector is None]
+        return fresh[: limit + EXTRA], 0
     batch = 2 * limit
-    units = _units(await deps.store.vectors(ns, [*unknown, *(p.id for p in fresh[:batch])]))
-    against += [units[mid] for mid in unknown if mid in units]
+    units = _units(await deps.store.vectors(ns, [*window, *(p.id for p in fresh[:batch])]))
+    # A memory deleted since it was given is no longer compared with.
+    against = [units[mid] for mid in window if mid in units]
     chosen: list[Pick] = []
     similar = 0
     for start in range(0, len(fresh), batch):
@@ -207,8 +204,8 @@ async def _dedup(
             if vec is not None:
                 against.append(vec)
             if len(chosen) == limit + EXTRA:
-                return chosen, units, similar
-    return chosen, units, similar
+                return chosen, similar
+    return chosen, similar
 
 
 def _units(vectors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -1,11 +1,12 @@
-"""Recall sessions: per session, its turn count and what each memory was given in which turn
-(with an 8-bit copy of its unit vector, so later turns compare without reading it again)."""
+"""Recall sessions: per session, its turn count and the turn each memory was last given in.
+
+A session keeps turns only: later turns read the vectors of what they compare with from the
+memories themselves. (An 8-bit copy of each vector kept here cost about 400 bytes per memory
+given, per session, for the session's TTL: in a soak, sessions held more of Redis than the
+memories did.)"""
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
-import numpy as np
 import redis.asyncio as aioredis
 
 from handlers.store import keys
@@ -16,28 +17,9 @@ from handlers.store.resp import text
 _TURN = "turn"
 
 
-class Recalled(NamedTuple):
-    """A memory recalled in a session: the turn, and its unit vector (8-bit, enough to tell
-    a near-duplicate) so that later turns compare with it without reading it again."""
-
-    turn: int
-    vector: np.ndarray | None
-
-
-def _recall_entry(turn: int, unit: np.ndarray | None) -> bytes:
-    if unit is None:
-        return str(turn).encode()
-    quantised = np.clip(np.rint(unit * 127), -127, 127).astype(np.int8)
-    return str(turn).encode() + b"|" + quantised.tobytes()
-
-
-def _recalled(raw: bytes) -> Recalled:
-    turn, _, vec = raw.partition(b"|")
-    if not vec:
-        return Recalled(int(turn), None)
-    v = np.frombuffer(vec, dtype=np.int8).astype(np.float32)
-    n = float(np.linalg.norm(v))
-    return Recalled(int(turn), v / n if n else None)
+def _turn_of(raw: bytes) -> int:
+    # Entries written by an older version carry `|` and a vector after the turn.
+    return int(raw.partition(b"|")[0])
 
 
 class Sessions:
@@ -49,17 +31,17 @@ class Sessions:
 
     async def turn(
         self, ns: str, session_id: str, turn: int | None, ttl_s: int, last: int
-    ) -> tuple[int, dict[str, Recalled]]:
+    ) -> tuple[int, dict[str, int]]:
         """Advance the session to its next turn (or to `turn`, if given and later than the
-        count); the turn, and for each memory recalled in the session when that was and its
-        vector. A turn past `last` is returned but not stored (the caller refuses it). The
-        caller holds the session's lock."""
+        count); the turn, and for each memory recalled in the session the turn it was. A turn
+        past `last` is returned but not stored (the caller refuses it). The caller holds the
+        session's lock."""
         key = keys.session_key(ns, session_id)
         async with self._guard():
             raw = await self.client.hgetall(key)
             count = int(raw.pop(_TURN.encode(), 0))
             state = {
-                text(k): _recalled(v if isinstance(v, bytes) else v.encode())
+                text(k): _turn_of(v if isinstance(v, bytes) else v.encode())
                 for k, v in raw.items()
             }
             now_turn = count + 1 if turn is None else turn
@@ -82,17 +64,17 @@ class Sessions:
         ns: str,
         session_id: str,
         turn: int,
-        given: dict[str, np.ndarray | None],
+        given: list[str],
         stale: list[str],
         ttl_s: int,
     ) -> None:
-        """Record that the `given` memories (id -> unit vector, if known) were recalled in
-        `turn`, and forget `stale` ones."""
+        """Record that the `given` memories were recalled in `turn`, and forget `stale`
+        ones."""
         key = keys.session_key(ns, session_id)
         async with self._guard():
             pipe = self.client.pipeline(transaction=False)
             if given:
-                pipe.hset(key, mapping={mid: _recall_entry(turn, v) for mid, v in given.items()})
+                pipe.hset(key, mapping=dict.fromkeys(given, turn))
             if stale:
                 pipe.hdel(key, *stale)
             pipe.expire(key, ttl_s)

@@ -170,9 +170,26 @@ async def test_the_session_state_lives_in_redis_with_a_sliding_ttl(
     state = await rds.hgetall(key)
     assert set(state) == {b"turn", only.encode()}
     assert state[b"turn"] == b"1"
-    assert state[only.encode()].startswith(b"1|")  # the turn, then the 8-bit vector
-    assert len(state[only.encode()]) == len(b"1|") + 384
+    # The turn alone: later turns read the vectors they compare with from the memories.
+    assert state[only.encode()] == b"1"
     assert 24 * 3600 - 60 < await rds.ttl(key) <= 24 * 3600
+
+
+async def test_a_session_written_with_vectors_by_an_older_version_goes_on(
+    agent: AgentMemory, rds: aioredis.Redis, ns: str
+) -> None:
+    a = await agent.add("knowledge", "the kayak trip starts at dawn", dedup="none")
+    b = await agent.add("knowledge", "the kayak trip starts at dawn!", dedup="none")
+    # An older version kept `turn|<384 int8>` per memory given.
+    key = f"membus:{ns}:sess:sess-1"
+    await rds.hset(key, mapping={"turn": 1, a.id: b"1|" + bytes(384)})
+
+    reply = await agent.recall("kayak trip dawn", recent_s=0)
+
+    assert reply.turn == 2
+    assert reply.results == [] and reply.left_out_recalled == 1  # a given, b too close to it
+    assert reply.left_out_similar == 1
+    assert await rds.hget(key, b.id) is None
 
 
 async def test_recall_without_a_session_or_a_message_is_invalid(bus: MemoryBus) -> None:
