@@ -117,7 +117,7 @@ async def main() -> None:
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--quality", type=int, default=1000, help="queries scored for quality")
     p.add_argument("--embedder", default="hash", choices=["hash", "minilm"])
-    p.add_argument("--word-share-max", default=None, help="MEMBUS_TEXT_WORD_SHARE_MAX")
+    p.add_argument("--read-share-max", default=None, help="MEMBUS_TEXT_READ_SHARE_MAX")
     p.add_argument("--ops", default="", help="only the operations whose name holds this")
     args = p.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -125,8 +125,8 @@ async def main() -> None:
     stack = EmbeddedStack.temporary()
     stack.start_servers()
     env = {"MEMBUS_EMBEDDER": args.embedder, "MEMBUS_REDIS_URL": stack.redis_url}
-    if args.word_share_max is not None:
-        env["MEMBUS_TEXT_WORD_SHARE_MAX"] = args.word_share_max
+    if args.read_share_max is not None:
+        env["MEMBUS_TEXT_READ_SHARE_MAX"] = args.read_share_max
     settings = load_settings(env)
     client = redis_client(settings.redis_url)
     rds = aioredis.Redis.from_url(stack.redis_url)

@@ -71,12 +71,12 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     search_mode: SearchMode = "hybrid"
     hybrid_fusion: Fusion = "linear"
     hybrid_alpha: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] = 0.8
-    # A query word held by more than this share of the namespace's memories, and by more
-    # than `text_word_docs_min` of them, is left out of hybrid search's text arm: scoring it
-    # makes Redis read every memory holding it, for a low IDF (the vector arm still sees
-    # it). 1: every word is scored.
-    text_word_share_max: Annotated[float, msgspec.Meta(gt=0.0, le=1.0)] = 0.2
-    text_word_docs_min: Annotated[int, msgspec.Meta(ge=0)] = 1000
+    # Hybrid search's text query across the namespace reads, rarest word first, the words
+    # whose memories add up to at most this share of the namespace (or `text_read_docs_min`
+    # memories, if more): Redis reads every memory holding a word to score it. The other
+    # words are scored among the candidates found only. 1: every word is read.
+    text_read_share_max: Annotated[float, msgspec.Meta(gt=0.0, le=1.0)] = 0.02
+    text_read_docs_min: Annotated[int, msgspec.Meta(ge=0)] = 1000
     # Near-duplicate threshold (cosine) for `add` with `dedup: "semantic"`.
     dedup_threshold: Annotated[float, msgspec.Meta(ge=0.01, le=1.0)] = 0.95
     # Load shedding: at most `max_inflight` requests run at once; up to `max_waiting` more

@@ -7,6 +7,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+import msgspec
 import numpy as np
 from redisvl.query.filter import FilterExpression
 
@@ -88,7 +89,7 @@ async def ranked_candidates(ns: str, req: SearchRequest, deps: Deps, now: int) -
     # The words the text query reads across the namespace; the common ones are scored only
     # over the candidates found (see `_rare_words`).
     rare = terms
-    if mode == "hybrid" and terms and settings.text_word_share_max < 1.0:
+    if mode == "hybrid" and terms and settings.text_read_share_max < 1.0:
         rare = await _rare_words(ns, terms, deps)
     # Expiry is checked on the candidates below, not in the queries' filter: a numeric range
     # over every document slows RediSearch's hybrid KNN down.
@@ -120,8 +121,12 @@ async def ranked_candidates(ns: str, req: SearchRequest, deps: Deps, now: int) -
     if scored_among:
         # Every candidate's BM25 over every word, read among the candidates only: the same
         # scores a whole-namespace query gives them, for work bounded by their number.
-        among = list(dict.fromkeys([m.id for m in nearest] + [m.id for m in matches]))
-        matches = await deps.store.text(ns, terms, where, len(among), among=among, current=current)
+        found = {m.id: m for m in [*nearest, *matches]}
+        scores = await deps.store.text_scores(ns, terms, where, list(found), current)
+        matches = [
+            msgspec.structs.replace(found[mid], text_score=score)
+            for mid, score in sorted(scores.items(), key=lambda kv: kv[1], reverse=True)
+        ]
     c = Candidates()
     for i, m in enumerate(nearest, 1):
         c.pool[m.id] = m
@@ -131,7 +136,7 @@ async def ranked_candidates(ns: str, req: SearchRequest, deps: Deps, now: int) -
         c.top_bm25 = max(m.text_score or 0.0 for m in matches)
         for i, m in enumerate(matches, 1):
             c.pool.setdefault(m.id, m)
-            c.texts[m.id] = _normalised(m, c.top_bm25)
+            c.texts[m.id] = _normalised(m.text_score, c.top_bm25)
             c.text_rank[m.id] = i
         if vec is not None:
             # Scored among the candidates, every vector match has its text score already.
@@ -142,26 +147,32 @@ async def ranked_candidates(ns: str, req: SearchRequest, deps: Deps, now: int) -
 
 
 async def _rare_words(ns: str, terms: list[str], deps: Deps) -> list[str]:
-    """The words hybrid search's text query reads across the namespace: all but those held
-    by more than `text_word_share_max` of its memories (and more than `text_word_docs_min`).
-    Redis reads every memory holding a word to score it, so a word in much of a large
-    namespace cost more than the rest of the search; such words are scored only over the
-    candidates the vector query and the rare words found (with INKEYS, whose cost follows
-    the candidates, not the word's memories). The counts are kept by the writes
-    (`Store.count_words_later`), so this costs one HMGET."""
+    """The words hybrid search's text query reads across the namespace: rarest first, those
+    whose memories add up to at most `text_read_share_max` of the namespace's (or
+    `text_read_docs_min`, if more). Redis reads every memory holding a word to score it, so
+    this bounds the query's work; the other words are scored only among the candidates the
+    vector query and these words found (INKEYS: its cost follows the candidates). The
+    counts are kept by the writes (`Store.count_words_later`), so this costs one HMGET."""
     settings = deps.settings
     written, counts = await deps.store.word_counts(ns, terms)
-    if written <= settings.text_word_docs_min:
+    if written <= settings.text_read_docs_min:
         return terms  # no word can be in more memories than were ever written
     # Counts are of the memories written since the counts started (deleted and expired ones
     # included): a word's share of those, times the memories live, estimates its memories.
     live = await deps.store.live_total(ns)
-    most = max(settings.text_word_docs_min, settings.text_word_share_max * live)
-    return [t for t, n in zip(terms, counts, strict=True) if n * live / written <= most]
+    budget = max(settings.text_read_docs_min, settings.text_read_share_max * live)
+    estimate = {t: n * live / written for t, n in zip(terms, counts, strict=True)}
+    read: set[str] = set()
+    for t in sorted(estimate, key=estimate.__getitem__):
+        budget -= estimate[t]
+        if budget < 0:
+            break
+        read.add(t)
+    return [t for t in terms if t in read]
 
 
-def _normalised(m: Candidate, top: float) -> float:
-    return min(1.0, (m.text_score or 0.0) / top) if top > 0 else 0.0
+def _normalised(bm25: float | None, top: float) -> float:
+    return min(1.0, (bm25 or 0.0) / top) if top > 0 else 0.0
 
 
 def _fusion(req: SearchRequest, deps: Deps) -> str:
@@ -200,16 +211,14 @@ async def _fill_missing_scores(
         ]
     stored, rescored = await asyncio.gather(
         deps.store.vectors(ns, extra),
-        deps.store.text(
-            ns, terms, where, len(unscored), among=unscored, current=not req.include_superseded
-        )
+        deps.store.text_scores(ns, terms, where, unscored, not req.include_superseded)
         if unscored and linear
-        else _nothing(),
+        else _no_scores(),
     )
     for mid, v in stored.items():
         c.cosines[mid] = max(0.0, min(1.0, _cosine(vec, v)))
-    for m in rescored:
-        c.texts[m.id] = _normalised(m, c.top_bm25)
+    for mid, score in rescored.items():
+        c.texts[mid] = _normalised(score, c.top_bm25)
     for mid in c.text_rank:
         if mid not in c.cosines:
             del c.pool[mid]  # a text match that could not rank
@@ -284,6 +293,10 @@ async def _diversified(
 
 async def _nothing() -> list[Candidate]:
     return []
+
+
+async def _no_scores() -> dict[str, float]:
+    return {}
 
 
 async def _read_results(

@@ -43,6 +43,11 @@ def parse_search(raw: Any, with_scores: bool = False) -> Found:
     step = 3 if with_scores else 2
     if rest and not with_scores and not isinstance(rest[1 if len(rest) > 1 else 0], list):
         return Found(total, [(text(key), {}) for key in rest])  # NOCONTENT
+    if with_scores and len(rest) > 1 and not isinstance(rest[2 if len(rest) > 2 else 1], list):
+        # NOCONTENT WITHSCORES: key, score, key, score, ...
+        return Found(
+            total, [(text(rest[i]), {"__score": text(rest[i + 1])}) for i in range(0, len(rest), 2)]
+        )
     docs = []
     for i in range(0, len(rest), step):
         fields = pairs(rest[i + step - 1])

@@ -569,20 +569,39 @@ class Store:
         terms: list[str],
         where: FilterExpression,
         k: int,
-        among: list[str] | None = None,
         current: bool = False,
     ) -> list[Candidate]:
         """The k best full-text (BM25) matches of any of `terms` in content or tags; with
-        `among`, only those memories (ids) are scored; with `current`, none superseded."""
+        `current`, none superseded."""
 
         async def query(space: Namespace) -> Query:
             q = Query(text_match(terms, where, current, space.mine_for_text))
             q = q.scorer("BM25STD").with_scores()
-            if among is not None:
-                q = q.limit_ids(*(keys.record_key(ns, mid) for mid in among))
             return q.return_fields(*CANDIDATE_FIELDS).paging(0, k).dialect(2)
 
         return self._candidates(ns, await self._search(ns, query, with_scores=True))
+
+    async def text_scores(
+        self,
+        ns: str,
+        terms: list[str],
+        where: FilterExpression,
+        among: list[str],
+        current: bool = False,
+    ) -> dict[str, float]:
+        """The BM25 of each of the `among` memories (ids) that holds any of `terms`: the
+        score `text` gives it, read among them alone (INKEYS), so its cost follows their
+        number, not the words' memories. Only ids and scores come back (the caller has the
+        candidates' fields). The query keeps `text`'s shape, filter included: the filter
+        changes RediSearch's scores even at weight 0 (a word's share doubled, measured)."""
+
+        async def query(space: Namespace) -> Query:
+            q = Query(text_match(terms, where, current, space.mine_for_text))
+            q = q.limit_ids(*(keys.record_key(ns, mid) for mid in among))
+            return q.scorer("BM25STD").with_scores().no_content().paging(0, len(among)).dialect(2)
+
+        found = await self._search(ns, query, with_scores=True)
+        return {keys.id_of(ns, key): float(f["__score"]) for key, f in found.docs}
 
     def _candidates(self, ns: str, found: Found) -> list[Candidate]:
         return _decode_docs(ns, found, Candidate)

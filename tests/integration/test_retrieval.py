@@ -418,10 +418,11 @@ async def test_diversify_keeps_near_duplicates_from_crowding_the_results(
 async def test_common_words_are_scored_among_the_candidates_with_the_same_scores(
     in_process: InProcess, ns: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # "ledger" is in 6 of 7 memories: over half, so the text query across the namespace
-    # reads only "zanzibar", and "ledger" is scored among the candidates found.
+    # "ledger" is in 6 of 7 memories: with it, the words' memories add up to over half of
+    # the namespace, so the text query across it reads only "zanzibar", and "ledger" is
+    # scored among the candidates found.
     settings = msgspec.structs.replace(
-        in_process.deps.settings, text_word_share_max=0.5, text_word_docs_min=0
+        in_process.deps.settings, text_read_share_max=0.5, text_read_docs_min=0
     )
     bounded = InProcess(in_process.nc, dataclasses.replace(in_process.deps, settings=settings))
     bus = await MemoryBus.connect(namespace=ns, nc=bounded)  # type: ignore[arg-type]
@@ -433,13 +434,18 @@ async def test_common_words_are_scored_among_the_candidates_with_the_same_scores
 
     store = in_process.deps.store
     asked: list[tuple[list[str], bool]] = []
-    text = store.text
+    text, text_scores = store.text, store.text_scores
 
-    async def recorded(ns_: str, terms: list[str], *args: Any, **kw: Any) -> Any:
-        asked.append((list(terms), kw.get("among") is not None))
+    async def across(ns_: str, terms: list[str], *args: Any, **kw: Any) -> Any:
+        asked.append((list(terms), False))
         return await text(ns_, terms, *args, **kw)
 
-    monkeypatch.setattr(store, "text", recorded)
+    async def among(ns_: str, terms: list[str], *args: Any, **kw: Any) -> Any:
+        asked.append((list(terms), True))
+        return await text_scores(ns_, terms, *args, **kw)
+
+    monkeypatch.setattr(store, "text", across)
+    monkeypatch.setattr(store, "text_scores", among)
     hits = (await mem.search("zanzibar ledger", limit=10)).results
     assert asked == [(["zanzibar"], False), (["zanzibar", "ledger"], True)]
     assert hits[0].id == rare.id

@@ -29,3 +29,23 @@ def test_resp3_nocontent_rows_have_no_fields() -> None:
 def test_resp3_decoded_by_the_client() -> None:
     raw = {"total_results": 1, "results": [{"id": "k1", "extra_attributes": {"type": "x"}}]}
     assert parse_search(raw).docs == [("k1", {"type": "x"})]
+
+
+def test_ids_and_scores_only_in_either_protocol() -> None:
+    resp3 = {
+        b"total_results": 2,
+        b"results": [{b"id": b"k1", b"score": 2.0}, {b"id": b"k2", b"score": 0.5}],
+    }
+    resp2 = [2, b"k1", b"2", b"k2", b"0.5"]
+    for raw in (resp3, resp2):
+        found = parse_search(raw, with_scores=True)
+        assert found.total == 2
+        assert found.docs == [
+            ("k1", {"__score": "2.0" if raw is resp3 else "2"}),
+            ("k2", {"__score": "0.5"}),
+        ]
+
+
+def test_resp2_fields_and_scores() -> None:
+    raw = [1, b"k1", b"1.5", [b"type", b"fact"]]
+    assert parse_search(raw, with_scores=True).docs == [("k1", {"type": "fact", "__score": "1.5"})]
