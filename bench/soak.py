@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import inspect
 import json
 import math
 import os
@@ -763,8 +762,7 @@ async def soak(
 
 
 async def amain(args: argparse.Namespace) -> int:
-    add_params = inspect.signature(AgentMemory.add).parameters
-    durable_ok = "durable" in add_params
+    durable_ok = hasattr(AgentMemory, "durable")
     recall_ok = hasattr(AgentMemory, "recall")
     durable = bool(args.durable and durable_ok)
     extra_env = dict(kv.split("=", 1) for kv in args.env)
@@ -782,8 +780,7 @@ async def amain(args: argparse.Namespace) -> int:
     )
     print(f"mix: {dict(zip(OPS, OP_WEIGHTS, strict=True))}; recall {'on' if recall_ok else 'n/a'}")
     if args.durable and not durable_ok:
-        print("--durable: not available (AgentMemory.add has no `durable` parameter yet);"
-              " adds are not durable")  # fmt: skip
+        print("--durable: not available (AgentMemory has no `durable`); adds are not durable")
     elif durable:
         print("--durable: half the adds go through mem.durable")
     if extra_env:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 from contracts import limits
 from contracts.messages import (
     CompactListReply,
@@ -21,6 +23,7 @@ from handlers.ops.replies import to_compact, to_memory
 from handlers.ops.scoping import read_scope
 from handlers.store.filters import read_filter
 from handlers.store.record import Record, Summary
+from handlers.store.store import Page
 
 
 @handles(DescribeRequest)
@@ -49,21 +52,27 @@ async def describe(ns: str, req: DescribeRequest, deps: Deps) -> DescribeReply:
 @handles(ListRequest)
 async def list_(ns: str, req: ListRequest, deps: Deps) -> ListReply | CompactListReply:
     check_types(deps.settings.types, req.types)
-    where = read_filter(
-        deps.clock(),
-        read_scope(req.scope, req.workflow_id, req.workspace, deps.access.stores),
-        types=req.types,
-        tags=req.tags,
-        people=req.people,
-        current=not req.include_superseded,
-    )
+    now = deps.clock()
+    scope = read_scope(req.scope, req.workflow_id, req.workspace, deps.access.stores)
+    current = not req.include_superseded
+    page: Page[Summary] | Page[Record] | None = None
+    if not (req.types or req.tags or req.people):
+        # Scope alone: the page comes from the writes' tallies, not a sort of the scope.
+        page = await deps.store.newest(
+            ns, scope, now, offset=req.offset, limit=req.limit, current=current
+        )
+    if page is None:
+        where = read_filter(
+            now, scope, types=req.types, tags=req.tags, people=req.people, current=current
+        )
+        shape = Summary if req.mode == "compact" else Record
+        page = await deps.store.page(ns, where, shape, offset=req.offset, limit=req.limit)
     if req.mode == "compact":
-        page = await deps.store.page(ns, where, Summary, offset=req.offset, limit=req.limit)
         items = within(req.max_tokens, [to_compact(s) for s in page.items], lambda c: c.preview)
         return CompactListReply(count=len(items), total=page.total, memories=items)
-    full = await deps.store.page(ns, where, Record, offset=req.offset, limit=req.limit)
-    memories = within(req.max_tokens, [to_memory(r) for r in full.items], lambda m: m.content)
-    return ListReply(count=len(memories), total=full.total, memories=memories)
+    records = cast(list[Record], page.items)
+    memories = within(req.max_tokens, [to_memory(r) for r in records], lambda m: m.content)
+    return ListReply(count=len(memories), total=page.total, memories=memories)
 
 
 @handles(GetRequest)

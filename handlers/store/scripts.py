@@ -48,7 +48,8 @@ end
 # general flag, tags, created, expires, superseded flag); p..'h:'..side a hash of counts per
 # side (g: general; w:<workflow>; s:<workspace tag>, every memory of a workspace), keyed by
 # JSON ['n', store, wsh, type, superseded, general] and ['t', store, wsh, tag]; p..'o:'..sha1
-# of (side, store, wsh) the side's memories by created_at (oldest and newest); p..'x' the
+# of (side, store, wsh, superseded) those memories by created_at (oldest, newest, and `list`'s
+# pages); p..'x' the
 # expiring ones by expires_at, settled once their time has passed (`settle`); p..'n' the
 # namespace's live count. `retally` makes them agree with a memory's record as it is now, so
 # calling it again changes nothing, and a write that calls it after its change is counted
@@ -75,7 +76,7 @@ local function tally_apply(p, id, d, sign)
     for _, field in ipairs(fields) do
       if redis.call('HINCRBY', h, field, sign) <= 0 then redis.call('HDEL', h, field) end
     end
-    local o = p .. 'o:' .. redis.sha1hex(cjson.encode({side, store, wsh}))
+    local o = p .. 'o:' .. redis.sha1hex(cjson.encode({side, store, wsh, d[9]}))
     if sign > 0 then redis.call('ZADD', o, d[7], id) else redis.call('ZREM', o, id) end
   end
 end
@@ -483,9 +484,9 @@ return #KEYS - 1
 
 # What `describe` reads of a namespace: nothing (false) until its tallies are complete
 # (p..'ready'), else, after uncounting every memory whose expiry has passed, for each side
-# asked for: its counts (HGETALL) and, per store and workspace tag in it, the created_at of
-# its oldest and newest memory. KEYS: the tally prefix. ARGV: now, the record key prefix,
-# then the sides.
+# asked for: its counts (HGETALL) and, per store, workspace tag and superseded flag in it,
+# the created_at of its oldest and newest memory. KEYS: the tally prefix. ARGV: now, the
+# record key prefix, then the sides.
 TALLY_READ_LUA = _script(
     """
 local p, now = KEYS[1], tonumber(ARGV[1])
@@ -498,7 +499,7 @@ for j = 3, #ARGV do
   local bounds, seen = {}, {}
   for i = 1, #counts, 2 do
     local f = cjson.decode(counts[i])
-    local combo = cjson.encode({side, f[2], f[3]})
+    local combo = cjson.encode({side, f[2], f[3], f[5]})
     if f[1] == 'n' and not seen[combo] then
       seen[combo] = true
       local o = p .. 'o:' .. redis.sha1hex(combo)
@@ -509,6 +510,51 @@ for j = 3, #ARGV do
   end
   out[#out + 1] = {counts, bounds}
 end
+return out
+""",
+    tally=True,
+)
+
+# `list`'s page when it filters by scope alone: the newest memories of the scope, from the
+# sorted sets the tallies keep (see _TALLY), after uncounting those whose expiry has passed.
+# Nothing (false) until the namespace's tallies are complete. KEYS: the tally prefix. ARGV:
+# now, the record key prefix, how many of the newest to return, '1' to include superseded
+# memories, the workspace tag ('' for any), '1' when only some stores are seen, the number
+# of sides, the sides, then the stores seen. Returns how many memories are in the scope, then
+# the newest ones' ids and created_at (up to that many per sorted set: the caller merges).
+NEWEST_LUA = _script(
+    """
+local p, now, want = KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[3])
+if redis.call('EXISTS', p .. 'ready') == 0 then return false end
+while settle(p, ARGV[2], now, 1000) == 1000 do end
+local nsides = tonumber(ARGV[7])
+local stores = false
+if ARGV[6] == '1' then
+  stores = {}
+  for j = 8 + nsides, #ARGV do stores[ARGV[j]] = true end
+end
+local total, out = 0, {}
+for j = 8, 7 + nsides do
+  local side = ARGV[j]
+  local counts = redis.call('HGETALL', p .. 'h:' .. side)
+  local seen = {}
+  for i = 1, #counts, 2 do
+    local f = cjson.decode(counts[i])
+    local combo = cjson.encode({side, f[2], f[3], f[5]})
+    if f[1] == 'n' and not seen[combo] then
+      seen[combo] = true
+      local wanted = (ARGV[5] == '' or f[3] == ARGV[5]) and (not stores or stores[f[2]])
+        and (ARGV[4] == '1' or f[5] == '')
+      if wanted then
+        local o = p .. 'o:' .. redis.sha1hex(combo)
+        total = total + redis.call('ZCARD', o)
+        local newest = redis.call('ZREVRANGE', o, 0, want - 1, 'WITHSCORES')
+        for _, v in ipairs(newest) do out[#out + 1] = v end
+      end
+    end
+  end
+end
+table.insert(out, 1, total)
 return out
 """,
     tally=True,

@@ -633,6 +633,27 @@ class Store:
         found = await self._search(ns, query)
         return Page(found.total, _decode_docs(ns, found, shape))
 
+    async def newest(
+        self,
+        ns: str,
+        scope: ReadScope,
+        now_ms: int,
+        *,
+        offset: int,
+        limit: int,
+        current: bool,
+    ) -> Page[Record] | None:
+        """The memories of a scope (with `current`, none superseded), newest first, and how
+        many there are, from the tallies the writes keep: the work follows the page, not the
+        scope. None while they are not complete (see `tallies`)."""
+        await self.indexes.get(ns)
+        found = await self.tallies.newest(ns, scope, now_ms, offset, limit, current)
+        if found is None:
+            return None
+        total, ids = found
+        fetched = await self.fetch(ns, ids, now_ms, count_access=False)
+        return Page(total, [f.record for f in fetched if f is not None])
+
     async def ids(self, ns: str, where: FilterExpression, limit: int) -> tuple[list[str], int]:
         """Ids of up to `limit` matching memories (no content loaded), and how many match."""
 

@@ -26,7 +26,7 @@ from handlers.store import keys
 from handlers.store.filters import ReadScope
 from handlers.store.record import TypeGroup, workspace_tag
 from handlers.store.resp import text
-from handlers.store.scripts import RETALLY_LUA, TALLY_READ_LUA
+from handlers.store.scripts import NEWEST_LUA, RETALLY_LUA, TALLY_READ_LUA
 
 _decode = msgspec.json.Decoder(list[str]).decode
 
@@ -89,6 +89,7 @@ class Tallies:
         self._guard = guard
         self._read = client.register_script(TALLY_READ_LUA)
         self._retally = client.register_script(RETALLY_LUA)
+        self._newest = client.register_script(NEWEST_LUA)
 
     async def overview(self, ns: str, scope: ReadScope, now_ms: int) -> Overview | None:
         """The overview of the memories live at `now_ms` in `scope`, or None while the
@@ -139,6 +140,34 @@ class Tallies:
             oldest=min(oldest, default=None),
             newest=max(newest, default=None),
         )
+
+    async def newest(
+        self,
+        ns: str,
+        scope: ReadScope,
+        now_ms: int,
+        offset: int,
+        limit: int,
+        current: bool,
+    ) -> tuple[int, list[str]] | None:
+        """How many memories live at `now_ms` are in `scope` (with `current`, none
+        superseded), and the ids of the page `offset`..`offset + limit` of them, newest
+        first; None while the namespace's tallies are not complete."""
+        asked = sides(scope)
+        wsh = workspace_tag(scope.workspace) if scope.workspace is not None else ""
+        args: list[str | int] = [now_ms, keys.record_prefix(ns), offset + limit]
+        args += ["0" if current else "1", wsh, "0" if scope.stores is None else "1"]
+        args += [len(asked), *asked, *(scope.stores or ())]
+        async with self._guard():
+            raw = await self._newest(keys=[keys.tally_prefix(ns)], args=args)
+        if raw is None:
+            return None
+        total, flat = int(raw[0]), raw[1:]
+        # Newest first; at equal times, the greater id first (ids sort by creation).
+        ranked = sorted(
+            ((float(flat[i + 1]), text(flat[i])) for i in range(0, len(flat), 2)), reverse=True
+        )
+        return total, [mid for _, mid in ranked[offset : offset + limit]]
 
     async def rebuild(self, ns: str, now_ms: int, batch: int = 500) -> int:
         """Count every memory of a namespace that has no complete tallies (written by an

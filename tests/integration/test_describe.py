@@ -17,6 +17,7 @@ from bus import AgentMemory, MemoryBus
 from bus.errors import NotFound
 from handlers.store.filters import ReadScope, read_filter
 from handlers.store.keys import TALLIES_COMPLETE, tally_prefix
+from handlers.store.record import Record
 from handlers.store.store import Store
 from handlers.store.tallies import Overview
 
@@ -129,6 +130,25 @@ async def _assert_counts_equal_aggregation(store: Store, ns: str) -> None:
         assert kept == full, scope
 
 
+async def _assert_pages_equal_index_pages(store: Store, ns: str) -> None:
+    """`list`'s scope-only pages from the tallies are the index's pages: the same total and
+    the same creation times, page by page (memories created in the same millisecond may
+    come in either order)."""
+    now = int(time.time() * 1000)
+    for scope in _scopes():
+        for current in (True, False):
+            for offset, limit in ((0, 20), (7, 5)):
+                kept = await store.newest(
+                    ns, scope, now, offset=offset, limit=limit, current=current
+                )
+                where = read_filter(now, scope, current=current)
+                full = await store.page(ns, where, Record, offset=offset, limit=limit)
+                assert kept is not None
+                assert kept.total == full.total, scope
+                times = [r.created_at for r in kept.items]
+                assert times == [r.created_at for r in full.items], scope
+
+
 async def _mixed_run(bus: MemoryBus, seed: int) -> None:
     """Eight agents in three workflows at once: adds in every store, workspace and scope
     (some expiring within 2 s), tag and TTL updates, deletes and supersedes."""
@@ -167,16 +187,18 @@ async def _mixed_run(bus: MemoryBus, seed: int) -> None:
 
 
 @pytest.mark.transports("in_process", "nats")
-async def test_counts_equal_an_aggregation_after_a_mixed_run_with_expiries(
+async def test_counts_and_pages_equal_the_index_after_a_mixed_run_with_expiries(
     bus: MemoryBus, in_process: InProcess, ns: str
 ) -> None:
     store = in_process.deps.store
     await _mixed_run(bus, seed=7)
     await _assert_counts_equal_aggregation(store, ns)
+    await _assert_pages_equal_index_pages(store, ns)
 
     await asyncio.sleep(3.1)  # the behaviour under test: every short TTL passing
 
     await _assert_counts_equal_aggregation(store, ns)
+    await _assert_pages_equal_index_pages(store, ns)
     general = await bus.agent(workflow_id="wf_0").describe()
     assert general.total == general.general_count + general.workflow_count
 
