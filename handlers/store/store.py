@@ -259,7 +259,7 @@ class Store:
         self._later(self._promote_if_grown(ns), "store.promote_failed")
 
     async def _promote_if_grown(self, ns: str) -> None:
-        if (await self.count(ns, FilterExpression("*"))) < self.indexes.pool_max:
+        if (await self.live_total(ns)) < self.indexes.pool_max:
             return
         async with self.exclusive(ns, "promote", hold_s=120.0):
             if await self.indexes.promote(ns):
@@ -560,7 +560,11 @@ class Store:
         return total, counts
 
     async def live_total(self, ns: str) -> int:
-        """How many memories the namespace holds, counted at most every few seconds."""
+        """How many memories the namespace holds: from its tallies, or, in a namespace from
+        before them, counted at most every few seconds."""
+        total = await self.tallies.total(ns)
+        if total is not None:
+            return total
         return await self._policy.total(ns, lambda where: self.count(ns, FilterExpression(where)))
 
     async def text(

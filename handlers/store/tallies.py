@@ -141,6 +141,14 @@ class Tallies:
             newest=max(newest, default=None),
         )
 
+    async def total(self, ns: str) -> int | None:
+        """How many memories the namespace holds (those expired since the last write or
+        `describe` included); None while its tallies are not complete."""
+        prefix = keys.tally_prefix(ns)
+        async with self._guard():
+            complete, n = await self.client.mget([prefix + keys.TALLIES_COMPLETE, prefix + "n"])
+        return None if complete is None else int(n or 0)
+
     async def newest(
         self,
         ns: str,
