@@ -22,7 +22,7 @@ from handlers.ops.replies import to_scored
 from handlers.ops.scoping import read_scope
 from handlers.ops.terms import query_terms
 from handlers.ops.vectors import request_vector
-from handlers.store.filters import CURRENT, read_filter, text_terms
+from handlers.store.filters import CURRENT, ReadScope, Scoped, read_filter, text_terms
 from handlers.store.record import Candidate
 
 
@@ -93,9 +93,10 @@ async def ranked_candidates(ns: str, req: SearchRequest, deps: Deps, now: int) -
         rare = await _rare_words(ns, terms, deps)
     # Expiry is checked on the candidates below, not in the queries' filter: a numeric range
     # over every document slows RediSearch's hybrid KNN down.
+    scope = read_scope(req.scope, req.workflow_id, req.workspace, deps.access.stores)
     where = read_filter(
         None,
-        read_scope(req.scope, req.workflow_id, req.workspace, deps.access.stores),
+        scope,
         types=req.types,
         tags=req.tags,
         people=req.people,
@@ -112,7 +113,9 @@ async def ranked_candidates(ns: str, req: SearchRequest, deps: Deps, now: int) -
         vec = await request_vector(ns, deps, text=req.query, given=req.embedding)
     # The vector and full-text queries run side by side.
     nearest, matches = await asyncio.gather(
-        deps.store.knn(ns, vec, knn_where, k) if vec is not None else _nothing(),
+        deps.store.knn(ns, vec, knn_where, k, scoped=_scoped(req, scope, current))
+        if vec is not None
+        else _nothing(),
         deps.store.text(ns, rare, where, k, current=current)
         if mode != "vector" and rare
         else _nothing(),
@@ -144,6 +147,12 @@ async def ranked_candidates(ns: str, req: SearchRequest, deps: Deps, now: int) -
             await _fill_missing_scores(ns, req, deps, c, vec, terms, where, full, now)
 
     return Found(mode, _ranked(mode, req, deps, c, now), vec)
+
+
+def _scoped(req: SearchRequest, scope: ReadScope, current: bool) -> Scoped | None:
+    """The search's filter as a scope alone, when nothing else narrows it."""
+    narrowed = req.types or req.tags or req.people or req.since or req.until
+    return None if narrowed else Scoped(scope, current)
 
 
 async def _rare_words(ns: str, terms: list[str], deps: Deps) -> list[str]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from redisvl.query.filter import FilterExpression, Num
 from redisvl.query.filter import Tag as _RedisvlTag
@@ -58,6 +59,14 @@ class ReadScope:
             # A whole workspace holds workflow and general memories alike.
             return "general" if self.general else "both"
         return "both" if self.general else "workflow"
+
+
+class Scoped(NamedTuple):
+    """What a filter that is a scope alone covers (`current`: memories no newer one
+    superseded), so that its size can be read from the tallies instead of counted."""
+
+    scope: ReadScope
+    current: bool
 
 
 def read_filter(

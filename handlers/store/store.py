@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Generic, NamedTuple, TypeVar
 
@@ -28,7 +29,7 @@ from redisvl.query.filter import FilterExpression
 from handlers.store import keys
 from handlers.store.claims import Claims
 from handlers.store.failures import is_connection_error, is_missing_index, redis_errors
-from handlers.store.filters import ReadScope, read_filter, text_match, written_words
+from handlers.store.filters import ReadScope, Scoped, read_filter, text_match, written_words
 from handlers.store.indexes import Indexes, Namespace
 from handlers.store.lock import Locks
 from handlers.store.policy import HybridPolicy
@@ -482,17 +483,19 @@ class Store:
         where: FilterExpression,
         k: int,
         policy_key: str | None = None,
+        scoped: Scoped | None = None,
     ) -> list[Candidate]:
         """The k nearest memories passing `where`. A filter whose text changes with every
         call (a time bound) gives a `policy_key` that does not, so its hybrid policy is
-        cached (see `hybrid_policy`)."""
+        cached (see `hybrid_policy`); a filter that is a scope alone says so (`scoped`), so
+        that its size is read from the tallies."""
 
         async def query(space: Namespace) -> VectorQuery:
             # A pooled namespace is small: scanning its own vectors is exact and fastest.
             policy = (
                 "ADHOC_BF"
                 if space.pool is not None
-                else await self.hybrid_policy(ns, where, policy_key)
+                else await self.hybrid_policy(ns, where, policy_key, scoped)
             )
             return VectorQuery(
                 vector=vector.astype(np.float32).tobytes(),
@@ -505,13 +508,28 @@ class Store:
 
         return self._candidates(ns, await self._search(ns, query))
 
-    async def hybrid_policy(self, ns: str, where: FilterExpression, key: str | None = None) -> str:
+    async def hybrid_policy(
+        self,
+        ns: str,
+        where: FilterExpression,
+        key: str | None = None,
+        scoped: Scoped | None = None,
+    ) -> str:
         """The RediSearch hybrid policy a vector query with this filter runs with in the
         namespace's own index (chosen by the filter's count, cached a few seconds under
-        `key`, by default the filter)."""
+        `key`, by default the filter). The namespace's size, and a filter's that is a scope
+        alone (`scoped`), come from the tallies."""
         actual = str(where)
 
         async def count(filter_: str) -> int:
+            if filter_ == "*":
+                return await self.live_total(ns)
+            if scoped is not None:
+                now_ms = int(time.time() * 1000)
+                seen = await self.tallies.overview(ns, scoped.scope, now_ms)
+                if seen is not None:
+                    total = seen.general_count + seen.workflow_count
+                    return total - seen.superseded_count if scoped.current else total
             filter_ = actual if filter_ == key else filter_
             return await self.count(ns, FilterExpression(filter_))
 

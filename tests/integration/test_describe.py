@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import random
 import time
+from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
@@ -15,7 +16,7 @@ from inprocess import InProcess
 
 from bus import AgentMemory, MemoryBus
 from bus.errors import NotFound
-from handlers.store.filters import ReadScope, read_filter
+from handlers.store.filters import ReadScope, Scoped, read_filter
 from handlers.store.keys import TALLIES_COMPLETE, tally_prefix
 from handlers.store.record import Record
 from handlers.store.store import Store
@@ -24,9 +25,17 @@ from handlers.store.tallies import Overview
 pytestmark = pytest.mark.transports("in_process", "nats")
 
 
-async def _aggregations(rds: aioredis.Redis) -> int:
+async def _calls(rds: aioredis.Redis, command: str) -> int:
     stats = await rds.info("commandstats")
-    return int(stats.get("cmdstat_FT.AGGREGATE", {}).get("calls", 0))
+    return int(stats.get(f"cmdstat_{command}", {}).get("calls", 0))
+
+
+async def _aggregations(rds: aioredis.Redis) -> int:
+    return await _calls(rds, "FT.AGGREGATE")
+
+
+async def _searches(rds: aioredis.Redis) -> int:
+    return await _calls(rds, "FT.SEARCH")
 
 
 async def test_every_write_shows_in_the_next_describe(wf123: AgentMemory) -> None:
@@ -244,3 +253,35 @@ async def test_a_namespace_without_counts_is_aggregated_then_counted_once(
     assert counted == aggregated
     assert await _aggregations(rds) == calls
     await _assert_counts_equal_aggregation(in_process.deps.store, ns)
+
+
+@pytest.mark.transports("in_process")
+async def test_a_vector_query_by_scope_alone_reads_its_size_from_the_counts(
+    wf123: AgentMemory, rds: aioredis.Redis, in_process: InProcess, ns: str
+) -> None:
+    old = await wf123.add("knowledge", "one")
+    await wf123.add("knowledge", "two", supersedes=[old.id])
+    await wf123.add("knowledge", "three", scope="general")
+    store = in_process.deps.store
+    scope = ReadScope("wf_123", True)
+    seen: list[int] = []
+    policy = store._policy
+    choose = policy.choose
+
+    async def recorded(ns_: str, where: str, count: Any) -> str:
+        async def counted(filter_: str) -> int:
+            seen.append(await count(filter_))
+            return seen[-1]
+
+        return await choose(ns_, where, counted)
+
+    policy.choose = recorded  # type: ignore[method-assign]
+    try:
+        searches = await _searches(rds)
+        where = read_filter(None, scope, current=True)
+        chosen = await store.hybrid_policy(ns, where, scoped=Scoped(scope, True))
+        assert await _searches(rds) == searches  # no count query
+        assert seen == [2, 3]  # the scope's current memories, then the namespace's
+        assert chosen == await store.hybrid_policy(ns, read_filter(None, scope), "other")
+    finally:
+        policy.choose = choose  # type: ignore[method-assign]
