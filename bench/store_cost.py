@@ -9,12 +9,14 @@ bench/corpus.py (70% general memories, the rest in 20 workflows; queries drawn f
 asked from a workflow). Prints, per size: Redis ms per request and the commands behind it.
 
     .venv/bin/python bench/store_cost.py [--sizes 10000,100000] [--requests 200] [--seed 7]
+        [--json out.json]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -119,6 +121,7 @@ async def main() -> None:
     p.add_argument("--embedder", default="hash", choices=["hash", "minilm"])
     p.add_argument("--read-share-max", default=None, help="MEMBUS_TEXT_READ_SHARE_MAX")
     p.add_argument("--ops", default="", help="only the operations whose name holds this")
+    p.add_argument("--json", default=None, help="also write the table here (bench/plot_cost.py)")
     args = p.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
 
@@ -220,6 +223,10 @@ async def main() -> None:
         print(f"| {name} | " + " | ".join(cells) + " |")
     for size in sizes:
         print(f"quality at {size:,}: {quality[size]}")
+    if args.json:
+        table = {name: {str(s): by_size[s][0] for s in by_size} for name, by_size in rows.items()}
+        with open(args.json, "w") as out:  # noqa: ASYNC230 - once, after the measurements
+            json.dump({"sizes": sizes, "ms": table}, out, indent=1)
     print(f"\nWhere it goes at {sizes[-1]:,} (command: calls, ms per request):")
     for name, by_size in rows.items():
         top = ", ".join(f"{c} {n:.1f}x {ms:.2f}" for c, n, ms in by_size[sizes[-1]][1][:4])
