@@ -58,14 +58,30 @@ class Overview(NamedTuple):
             else:
                 workflow += g.n
             tags |= g.tag_set()
+        oldest = [int(g.oldest) for g in groups]
+        newest = [int(g.newest) for g in groups]
+        return cls.made(by_type, tags, (general, workflow, superseded), oldest, newest)
+
+    @classmethod
+    def made(
+        cls,
+        by_type: dict[str, int],
+        tags: set[str],
+        counts: tuple[int, int, int],
+        oldest: list[int],
+        newest: list[int],
+    ) -> Overview:
+        """From what was counted: by type, the tags, (general, workflow, superseded), and
+        the creation times of the oldest and newest memory of each part counted."""
+        general, workflow, superseded = counts
         return cls(
             by_type=dict(sorted(by_type.items())),
             tags=sorted(tags),
             general_count=general,
             workflow_count=workflow,
             superseded_count=superseded,
-            oldest=min((int(g.oldest) for g in groups), default=None),
-            newest=max((int(g.newest) for g in groups), default=None),
+            oldest=min(oldest, default=None),
+            newest=max(newest, default=None),
         )
 
 
@@ -131,15 +147,7 @@ class Tallies:
                 if wanted(text(store), text(memory_wsh)) and first:
                     oldest.append(int(float(first)))
                     newest.append(int(float(last)))
-        return Overview(
-            by_type=dict(sorted(by_type.items())),
-            tags=sorted(tags),
-            general_count=general,
-            workflow_count=workflow,
-            superseded_count=superseded,
-            oldest=min(oldest, default=None),
-            newest=max(newest, default=None),
-        )
+        return Overview.made(by_type, tags, (general, workflow, superseded), oldest, newest)
 
     async def total(self, ns: str) -> int | None:
         """How many memories the namespace holds (those expired since the last write or
