@@ -130,7 +130,9 @@ class Indexes:
         async with self._guard():
             # The first writer decides what the namespace's vectors are; later ones read it.
             created = await self.client.set(meta_key(ns), msgspec.json.encode(self.mine), nx=True)
-            if created:
+            # A namespace whose index exists already was made before metas were kept.
+            fresh = created and not await self._exists(index_name(ns))
+            if fresh:
                 # A new namespace: its writes count every memory it will hold (`tallies`).
                 await self.client.set(tally_prefix(ns) + TALLIES_COMPLETE, 1)
             meta = _meta_decoder.decode(await self.client.get(meta_key(ns)) or b"")
@@ -139,7 +141,7 @@ class Indexes:
                 # A namespace that had a meta but no tier was made before pools: its memories
                 # lack the pool field, so it keeps (or gets back) its own index.
                 # So does one whose index exists already (made before metas were kept).
-                pooled = created and self.pool_max and not await self._exists(index_name(ns))
+                pooled = fresh and self.pool_max
                 if pooled:
                     sequence = int(await self.client.incr(POOL_SEQUENCE))
                     first = str(pool_number(sequence, meta.dimension))

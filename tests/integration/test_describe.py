@@ -236,8 +236,11 @@ async def test_a_namespace_without_counts_is_aggregated_then_counted_once(
     await wf123.add("knowledge", "alpha", tags=["red"])
     await wf123.add("decision", "beta", scope="general", ttl_s=60)
     gone = await wf123.add("knowledge", "gamma")
-    # As a namespace written by a version without counts: no tally keys at all.
+    # As a namespace written by a version without counts (and from before metas were kept),
+    # met by a handler that starts: no tally keys, no meta, an index.
     await rds.delete(*[key async for key in rds.scan_iter(match=f"{tally_prefix(ns)}*")])
+    await rds.delete(f"membus:meta:{ns}")
+    in_process.deps.store.indexes.forget(ns)
     await wf123.delete([gone.id])
 
     aggregated = await wf123.describe()
