@@ -16,6 +16,8 @@ import msgspec
 from handlers.store.record import PERMANENT_MS, Record
 
 _NAMES = {f.name: f.encode_name for f in msgspec.structs.fields(Record)}
+# The most expired memories one read settles (see `settled` in _TALLY): about 20 ms of Redis.
+SETTLE_MAX = 1000
 
 
 # A memory's history list expires when the memory does (PEXPIRETIME -1: never).
@@ -106,6 +108,18 @@ local function settle(p, recs, now, limit)
   for _, id in ipairs(due) do retally(p, id, recs .. id, now) end
   return #due
 end
+-- Uncount every memory whose expiry has passed, up to $settle_max of them (a script holds
+-- Redis while it runs); whether none is left.
+local function settled(p, recs, now)
+  local left = $settle_max
+  while left > 0 do
+    local step = math.min(left, 1000)
+    local n = settle(p, recs, now, step)
+    if n < step then return true end
+    left = left - n
+  end
+  return #redis.call('ZRANGEBYSCORE', p .. 'x', '-inf', now, 'LIMIT', 0, 1) == 0
+end
 """
 
 
@@ -113,7 +127,9 @@ def _script(source: str, follow: bool = False, pooled: bool = False, tally: bool
     """The script with record field names filled in (and `follow`, `pooled` and `tally`,
     where they are used)."""
     helpers = (_FOLLOW if follow else "") + (_POOLED if pooled else "") + (_TALLY if tally else "")
-    return Template(helpers + source).substitute(_NAMES, permanent=PERMANENT_MS)
+    return Template(helpers + source).substitute(
+        _NAMES, permanent=PERMANENT_MS, settle_max=SETTLE_MAX
+    )
 
 
 # Read live memories and (when ARGV[2] is '1') count this access, in one round trip. ARGV[1]
@@ -483,7 +499,9 @@ return #KEYS - 1
 )
 
 # What `describe` reads of a namespace: nothing (false) until its tallies are complete
-# (p..'ready'), else, after uncounting every memory whose expiry has passed, for each side
+# (p..'ready'), 'behind' when more than SETTLE_MAX memories' expiry has passed since they
+# were last settled (the caller aggregates while the next calls catch up), else, after
+# uncounting every memory whose expiry has passed, for each side
 # asked for: its counts (HGETALL) and, per store, workspace tag and superseded flag in it,
 # the created_at of its oldest and newest memory. KEYS: the tally prefix. ARGV: now, the
 # record key prefix, then the sides.
@@ -491,7 +509,7 @@ TALLY_READ_LUA = _script(
     """
 local p, now = KEYS[1], tonumber(ARGV[1])
 if redis.call('EXISTS', p .. 'ready') == 0 then return false end
-while settle(p, ARGV[2], now, 1000) == 1000 do end
+if not settled(p, ARGV[2], now) then return 'behind' end
 local out = {}
 for j = 3, #ARGV do
   local side = ARGV[j]
@@ -517,16 +535,17 @@ return out
 
 # `list`'s page when it filters by scope alone: the newest memories of the scope, from the
 # sorted sets the tallies keep (see _TALLY), after uncounting those whose expiry has passed.
-# Nothing (false) until the namespace's tallies are complete. KEYS: the tally prefix. ARGV:
-# now, the record key prefix, how many of the newest to return, '1' to include superseded
-# memories, the workspace tag ('' for any), '1' when only some stores are seen, the number
-# of sides, the sides, then the stores seen. Returns how many memories are in the scope, then
-# the newest ones' ids and created_at (up to that many per sorted set: the caller merges).
+# Nothing (false) until the namespace's tallies are complete; 'behind' as in TALLY_READ_LUA.
+# KEYS: the tally prefix. ARGV: now, the record key prefix, how many of the newest to return,
+# '1' to include superseded memories, the workspace tag ('' for any), '1' when only some
+# stores are seen, the number of sides, the sides, then the stores seen. Returns how many
+# memories are in the scope, then the newest ones' ids and created_at (up to that many per
+# sorted set: the caller merges).
 NEWEST_LUA = _script(
     """
 local p, now, want = KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[3])
 if redis.call('EXISTS', p .. 'ready') == 0 then return false end
-while settle(p, ARGV[2], now, 1000) == 1000 do end
+if not settled(p, ARGV[2], now) then return 'behind' end
 local nsides = tonumber(ARGV[7])
 local stores = false
 if ARGV[6] == '1' then

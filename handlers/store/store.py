@@ -63,7 +63,7 @@ from handlers.store.scripts import (
 )
 from handlers.store.sessions import Sessions
 from handlers.store.spaces import Spaces
-from handlers.store.tallies import Overview, Tallies
+from handlers.store.tallies import Behind, Overview, Tallies
 from handlers.store.transfer import Transfer
 
 log = structlog.get_logger("membus.store")
@@ -526,7 +526,9 @@ class Store:
                 return await self.live_total(ns)
             if scoped is not None:
                 now_ms = int(time.time() * 1000)
-                seen = await self.tallies.overview(ns, scoped.scope, now_ms)
+                seen: Overview | None = None
+                with contextlib.suppress(Behind):
+                    seen = await self.tallies.overview(ns, scoped.scope, now_ms)
                 if seen is not None:
                     total = seen.general_count + seen.workflow_count
                     return total - seen.superseded_count if scoped.current else total
@@ -669,7 +671,10 @@ class Store:
         many there are, from the tallies the writes keep: the work follows the page, not the
         scope. None while they are not complete (see `tallies`)."""
         await self.indexes.get(ns)
-        found = await self.tallies.newest(ns, scope, now_ms, offset, limit, current)
+        try:
+            found = await self.tallies.newest(ns, scope, now_ms, offset, limit, current)
+        except Behind:
+            return None
         if found is None:
             return None
         total, ids = found
@@ -692,7 +697,10 @@ class Store:
         writes keep (see `tallies`), or, in a namespace from before them, by aggregating
         while they are counted once in the background."""
         await self.indexes.get(ns)
-        seen = await self.tallies.overview(ns, scope, now_ms)
+        try:
+            seen = await self.tallies.overview(ns, scope, now_ms)
+        except Behind:
+            return Overview.of(await self.aggregate(ns, read_filter(now_ms, scope)))
         if seen is not None:
             return seen
         if ns not in self._rebuilding:

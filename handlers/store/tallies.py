@@ -31,6 +31,17 @@ from handlers.store.scripts import NEWEST_LUA, RETALLY_LUA, TALLY_READ_LUA
 _decode = msgspec.json.Decoder(list[str]).decode
 
 
+class Behind(Exception):
+    """More memories reached their expiry than one read settles (`scripts.SETTLE_MAX`):
+    this read is answered another way while the next ones catch up."""
+
+
+def _checked(raw: Any) -> Any:
+    if isinstance(raw, bytes | str) and text(raw) == "behind":
+        raise Behind
+    return raw
+
+
 class Overview(NamedTuple):
     """What `describe` reports of the memories in a scope."""
 
@@ -109,11 +120,11 @@ class Tallies:
 
     async def overview(self, ns: str, scope: ReadScope, now_ms: int) -> Overview | None:
         """The overview of the memories live at `now_ms` in `scope`, or None while the
-        namespace's tallies are not complete."""
+        namespace's tallies are not complete (`Behind` when too many expired at once)."""
         asked = sides(scope)
         args: list[str | int] = [now_ms, keys.record_prefix(ns), *asked]
         async with self._guard():
-            raw = await self._read(keys=[keys.tally_prefix(ns)], args=args)
+            raw = _checked(await self._read(keys=[keys.tally_prefix(ns)], args=args))
         if raw is None:
             return None
         wsh = workspace_tag(scope.workspace) if scope.workspace is not None else None
@@ -168,14 +179,15 @@ class Tallies:
     ) -> tuple[int, list[str]] | None:
         """How many memories live at `now_ms` are in `scope` (with `current`, none
         superseded), and the ids of the page `offset`..`offset + limit` of them, newest
-        first; None while the namespace's tallies are not complete."""
+        first; None while the namespace's tallies are not complete (`Behind` as in
+        `overview`)."""
         asked = sides(scope)
         wsh = workspace_tag(scope.workspace) if scope.workspace is not None else ""
         args: list[str | int] = [now_ms, keys.record_prefix(ns), offset + limit]
         args += ["0" if current else "1", wsh, "0" if scope.stores is None else "1"]
         args += [len(asked), *asked, *(scope.stores or ())]
         async with self._guard():
-            raw = await self._newest(keys=[keys.tally_prefix(ns)], args=args)
+            raw = _checked(await self._newest(keys=[keys.tally_prefix(ns)], args=args))
         if raw is None:
             return None
         total, flat = int(raw[0]), raw[1:]

@@ -19,6 +19,7 @@ from bus.errors import NotFound
 from handlers.store.filters import ReadScope, Scoped, read_filter
 from handlers.store.keys import TALLIES_COMPLETE, tally_prefix
 from handlers.store.record import Record
+from handlers.store.scripts import SETTLE_MAX
 from handlers.store.store import Store
 from handlers.store.tallies import Overview
 
@@ -288,3 +289,28 @@ async def test_a_vector_query_by_scope_alone_reads_its_size_from_the_counts(
         assert chosen == await store.hybrid_policy(ns, read_filter(None, scope), "other")
     finally:
         policy.choose = choose  # type: ignore[method-assign]
+
+
+@pytest.mark.transports("in_process")
+async def test_more_expiries_than_one_read_settles_are_answered_by_aggregating_meanwhile(
+    bus: MemoryBus, rds: aioredis.Redis
+) -> None:
+    mem = bus.agent(workflow_id="wf_many")
+    await mem.add("knowledge", "stays")
+    n = SETTLE_MAX + 40
+    for start in range(0, n, 100):
+        await asyncio.gather(
+            *(
+                mem.add("knowledge", f"brief {i}", ttl_s=1)
+                for i in range(start, min(n, start + 100))
+            )
+        )
+    await asyncio.sleep(1.1)  # the behaviour under test: every short TTL passing at once
+    calls = await _aggregations(rds)
+
+    first = await mem.describe()  # settles SETTLE_MAX of them: not all
+    second = await mem.describe()  # settles the rest
+
+    assert first.total == second.total == 1
+    assert await _aggregations(rds) == calls + 1
+    assert (await mem.list()).total == 1
