@@ -782,7 +782,9 @@ async def amain(args: argparse.Namespace) -> int:
     if args.durable and not durable_ok:
         print("--durable: not available (AgentMemory has no `durable`); adds are not durable")
     elif durable:
-        print("--durable: half the adds go through mem.durable")
+        # A durable add's memory id is known only from its event, which the agents do not
+        # follow: they never delete those memories.
+        print("--durable: half the adds go through mem.durable (never deleted: live grows)")
     if extra_env:
         print(f"handler env: {extra_env}")
 
