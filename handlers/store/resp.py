@@ -77,11 +77,21 @@ def parse_row(raw: list[Any]) -> dict[str, Any]:
     return row
 
 
+def _info_map(info: Any) -> dict[str, Any]:
+    """A raw FT.INFO reply (RESP2 list or RESP3 map) as a map by str names."""
+    if isinstance(info, list):
+        return {text(info[i]): info[i + 1] for i in range(0, len(info), 2)}
+    return {text(k): v for k, v in info.items()}
+
+
+def index_indexing(info: Any) -> bool:
+    """Whether an index is still scanning existing keys, from a raw FT.INFO reply."""
+    return bool(int(float(text(_info_map(info).get("indexing", 0)))))
+
+
 def index_attributes(info: Any) -> set[str]:
     """Field names of an index, from a raw FT.INFO reply (RESP2 list or RESP3 map)."""
-    if isinstance(info, list):
-        info = {text(info[i]): info[i + 1] for i in range(0, len(info), 2)}
-    attrs = info.get("attributes", info.get(b"attributes", []))
+    attrs = _info_map(info).get("attributes", [])
     names = set()
     for attr in attrs:
         if isinstance(attr, dict):
