@@ -2,15 +2,14 @@
 the current schema, and forgotten when Redis was lost, since it may come back without them.
 
 A new namespace starts *pooled*: its memories carry a `pool` field (a number of its own)
-and live in the index its vector dimension's small namespaces share
-(`schema.pool_schema_dict`), and every query of it is confined to its own memories by that
-field (`Namespace.confine`). Once it holds `pool_max` memories it is *promoted* to an
-index of its own (`promote`), for good. Where a namespace is indexed is the
-`keys.tier_key` (its pool number, or `own`), which the write scripts read, so a memory is
+and live in an index it shares with up to 63 other small namespaces of its vector dimension
+(`schema.pool_schema_dict`, `keys.pool_index_name`), and every query of it is confined to
+its own memories by that field (`Namespace.confine`). Once it holds `pool_max` memories it
+is *promoted* to an index of its own (`promote`), for good. Where a namespace is indexed is
+the `keys.tier_key` (its pool number, or `own`), which the write scripts read, so a memory is
 written into the right index even by a handler that has not yet heard of a promotion;
-readers of a pooled namespace check it after each query (`Store`). Pools are off unless
-`MEMBUS_POOL_MAX` is set. A namespace from before pools has no tier key and keeps its own
-index."""
+readers of a pooled namespace check it after each query (`Store`). `MEMBUS_POOL_MAX=0`
+turns pools off. A namespace from before pools has no tier key and keeps its own index."""
 
 from __future__ import annotations
 
@@ -34,8 +33,9 @@ from handlers.store.keys import (
     TALLIES_COMPLETE,
     index_name,
     meta_key,
-    pool_dimension_filter,
+    pool_filter,
     pool_number,
+    pool_of,
     record_prefix,
     tally_prefix,
     tier_key,
@@ -71,9 +71,9 @@ class Namespace(NamedTuple):
         RediSearch drives an intersection from its smallest part; driven from a small
         filter, it reads the text part lazily and scores only one of a word's forms
         (`migration`, `+migrat`) for some documents, so equal memories scored 2/3 of each
-        other. A negation counts as large, so the words drive and every form is scored (in
-        a reproduction; with every test pooled, one test still saw the 2/3, which is why
-        pools are opt-in) at the cost of reading the words' matches across the pool."""
+        other. A negation counts as large, so the words drive and every form is scored, at
+        the cost of reading the words' matches across the pool: which is why a pool holds
+        at most `keys.POOL_NAMESPACES` namespaces, each under `pool_max` memories."""
         if self.pool is None:
             return None
         return f"-@{POOL_FIELD}:[-inf ({self.pool}] -@{POOL_FIELD}:[({self.pool} +inf]"
@@ -102,7 +102,8 @@ class Indexes:
         # Caches only: every replica can rebuild them from Redis.
         self._open: dict[str, Namespace] = {}
         self._pending: dict[str, asyncio.Future[Namespace]] = {}
-        self._pools: dict[int, AsyncSearchIndex] = {}
+        # Pool indexes by (dimension, group): `keys.pool_of`.
+        self._pools: dict[tuple[int, int], AsyncSearchIndex] = {}
 
     async def get(self, ns: str) -> Namespace:
         """The namespace's index and meta, created on first use."""
@@ -120,7 +121,7 @@ class Indexes:
         space = self._open.pop(ns, None)
         if space is not None and space.pool is not None:
             # Its pool index may be what vanished: look again on next use.
-            self._pools.pop(space.meta.dimension, None)
+            self._pools.pop(pool_of(space.pool), None)
 
     def forget_all(self) -> None:
         self._open.clear()
@@ -130,13 +131,14 @@ class Indexes:
         async with self._guard():
             # The first writer decides what the namespace's vectors are; later ones read it.
             created = await self.client.set(meta_key(ns), msgspec.json.encode(self.mine), nx=True)
-            # A namespace whose index exists already was made before metas were kept.
-            fresh = created and await self._info(index_name(ns)) is None
+            meta = _meta_decoder.decode(await self.client.get(meta_key(ns)) or b"")
+            tier = await self.client.get(tier_key(ns))
+            # Without a meta, a namespace that has a tier or an index of its own was made
+            # before metas were kept (or lost its meta): it is not new.
+            fresh = created and tier is None and await self._info(index_name(ns)) is None
             if fresh:
                 # A new namespace: its writes count every memory it will hold (`tallies`).
                 await self.client.set(tally_prefix(ns) + TALLIES_COMPLETE, 1)
-            meta = _meta_decoder.decode(await self.client.get(meta_key(ns)) or b"")
-            tier = await self.client.get(tier_key(ns))
             if tier is None:
                 # A namespace that had a meta but no tier was made before pools: its memories
                 # lack the pool field, so it keeps (or gets back) its own index.
@@ -150,7 +152,7 @@ class Indexes:
                 await self.client.set(tier_key(ns), first, nx=True)
                 tier = await self.client.get(tier_key(ns)) or first
             if text(tier) != OWN_INDEX:
-                space = Namespace(await self._pool(meta.dimension), meta, int(tier))
+                space = Namespace(await self._pool(int(tier), meta.dimension), meta, int(tier))
             else:
                 space = Namespace(await self._own(ns, meta.dimension), meta)
         self._open[ns] = space
@@ -183,17 +185,18 @@ class Indexes:
                 return None
             raise
 
-    async def _pool(self, dimension: int) -> AsyncSearchIndex:
-        """The pool index of this dimension, created if missing."""
-        index = self._pools.get(dimension)
+    async def _pool(self, number: int, dimension: int) -> AsyncSearchIndex:
+        """The pool index of the pooled namespace with this pool number, created if
+        missing."""
+        index = self._pools.get(pool_of(number))
         if index is not None:
             return index
         index = AsyncSearchIndex(
-            IndexSchema.from_dict(pool_schema_dict(dimension)), redis_client=self.client
+            IndexSchema.from_dict(pool_schema_dict(number, dimension)), redis_client=self.client
         )
         # redisvl has no FILTER: the FT.CREATE is sent as is.
         args: list[Any] = ["ON", "HASH", "PREFIX", 1, index.schema.index.prefix]
-        args += ["FILTER", pool_dimension_filter(dimension, POOL_FIELD), "SCHEMA"]
+        args += ["FILTER", pool_filter(number, POOL_FIELD), "SCHEMA"]
         for field in index.schema.redis_fields:
             args += field.redis_args()
         async with _unless_exists():
@@ -201,7 +204,7 @@ class Indexes:
         info = await self._info(index.name)
         if await self._add_missing_fields(index, info) or info is None or index_indexing(info):
             await self._wait_indexed(index)
-        self._pools[dimension] = index
+        self._pools[pool_of(number)] = index
         return index
 
     async def promote(self, ns: str, wait_s: float = 60.0) -> bool:

@@ -15,29 +15,46 @@ def index_name(ns: str) -> str:
     return f"{ROOT}:{ns}"
 
 
-def pool_index_name(dimension: int) -> str:
-    """The index shared by every pooled namespace whose vectors have this dimension."""
-    return f"{ROOT}:pool:{dimension}"
-
-
 # Counts up once per pooled namespace: its pool number's sequence part (see `pool_number`).
 POOL_SEQUENCE = f"{ROOT}:pool:seq"
 # Vector dimensions stay below this (RediSearch caps them at 32,768).
 _DIMENSIONS = 65536
+# Namespaces per pool index: a text query in a pooled namespace reads its words' matches
+# across the whole pool (see `Namespace.mine_for_text`), so a pool stays small: 64
+# namespaces, each promoted to an index of its own once it holds `pool_max` memories.
+POOL_NAMESPACES = 64
 
 
 def pool_number(sequence: int, dimension: int) -> int:
-    """A pooled namespace's number, in its memories' `pool` field: unique to the namespace,
-    and its remainder by 65,536 is the dimension, which picks the pool index (an exact
-    float64 well past 2**40 namespaces)."""
+    """A pooled namespace's number, in its memories' `pool` field: unique to the namespace;
+    its remainder by 65,536 is the dimension, and its sequence part picks the pool index
+    among that dimension's (an exact float64 well past 2**40 namespaces)."""
     return sequence * _DIMENSIONS + dimension
 
 
-def pool_dimension_filter(dimension: int, field: str) -> str:
-    """The pool index's FILTER: only the hashes whose `field` holds a pool number of this
-    dimension (every other hash under the prefix, and the memories of a namespace with an
-    index of its own, lack the field)."""
-    return f"exists(@{field}) && @{field} % {_DIMENSIONS} == {dimension}"
+def pool_of(number: int) -> tuple[int, int]:
+    """The pool index a pool number belongs to: (its dimension, its group)."""
+    return number % _DIMENSIONS, number // _DIMENSIONS // POOL_NAMESPACES
+
+
+def pool_index_name(number: int) -> str:
+    """The index the pooled namespace with this pool number shares with up to
+    POOL_NAMESPACES - 1 others of the same vector dimension."""
+    dimension, group = pool_of(number)
+    return f"{ROOT}:pool:{dimension}:{group}"
+
+
+def pool_filter(number: int, field: str) -> str:
+    """That pool index's FILTER: only the hashes whose `field` holds a pool number of its
+    dimension and group (every other hash under the prefix, and the memories of a
+    namespace with an index of its own, lack the field)."""
+    dimension, group = pool_of(number)
+    low = group * POOL_NAMESPACES * _DIMENSIONS
+    high = (group + 1) * POOL_NAMESPACES * _DIMENSIONS
+    return (
+        f"exists(@{field}) && @{field} % {_DIMENSIONS} == {dimension}"
+        f" && @{field} >= {low} && @{field} < {high}"
+    )
 
 
 def tier_key(ns: str) -> str:

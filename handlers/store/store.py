@@ -70,10 +70,10 @@ log = structlog.get_logger("membus.store")
 
 T = TypeVar("T")
 
-# With pools on (MEMBUS_POOL_MAX), a namespace keeps to the shared pool index until it holds
-# that many memories (see `indexes`); POOL_CHECK_EVERY new memories a handler writes there,
+# A namespace keeps to a shared pool index until it holds that many memories (see `indexes`;
+# MEMBUS_POOL_MAX, 0: no pools); POOL_CHECK_EVERY new memories a handler writes there,
 # it counts them.
-POOL_MAX = 0
+POOL_MAX = 1000
 POOL_CHECK_EVERY = 32
 _UNSET = 2  # what ADD_LUA returns for a namespace that Redis lost
 S = TypeVar("S", Summary, Record, Mentions)

@@ -12,6 +12,7 @@ import structlog
 from bus import AgentMemory, InvalidRequest, MemoryBus
 from contracts import CompactListReply, Context, ListReply
 from handlers.dispatch import dispatch
+from handlers.store.keys import OWN_INDEX, index_name, pool_index_name, tier_key
 
 # Every operation both ways: in this process, and through NATS to the handler processes.
 pytestmark = pytest.mark.transports("in_process", "nats")
@@ -270,7 +271,10 @@ async def test_a_dropped_index_is_created_again_on_the_next_query(
     added = await wf123.add("knowledge", "survives an index drop")
     await wf123.describe()  # every handler has the index cached by now or soon
 
-    await rds.execute_command("FT.DROPINDEX", f"membus:{ns}")  # keeps the hashes
+    # The index that holds the namespace: its pool's, or its own once promoted.
+    tier = (await rds.get(tier_key(ns))).decode()
+    index = index_name(ns) if tier == OWN_INDEX else pool_index_name(int(tier))
+    await rds.execute_command("FT.DROPINDEX", index)  # keeps the hashes
 
     hits = await wf123.search("index drop", mode="vector")
     described = await wf123.describe()

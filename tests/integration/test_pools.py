@@ -26,7 +26,13 @@ from contracts import (
 from handlers import ops as operations
 from handlers.embed import HashEmbedder
 from handlers.ops.deps import Deps
-from handlers.store.keys import OWN_INDEX, index_name, pool_index_name, tier_key
+from handlers.store.keys import (
+    OWN_INDEX,
+    POOL_NAMESPACES,
+    index_name,
+    pool_index_name,
+    tier_key,
+)
 from handlers.store.schema import POOL_FIELD
 from handlers.store.store import Store
 
@@ -56,7 +62,7 @@ async def _in_pool(deps: Deps, ns: str) -> int:
     """How many of the namespace's memories its pool index holds."""
     pool = int(await _tier(deps, ns))
     raw = await deps.store.client.execute_command(
-        "FT.SEARCH", pool_index_name(pool % 65536), f"@pool:[{pool} {pool}]", "LIMIT", 0, 0
+        "FT.SEARCH", pool_index_name(pool), f"@pool:[{pool} {pool}]", "LIMIT", 0, 0
     )
     return raw[b"total_results"] if isinstance(raw, dict) else raw[0]
 
@@ -272,10 +278,59 @@ async def test_a_dropped_pool_index_is_created_again_on_the_next_query(in_proces
     deps, ns = _deps(in_process), _ns()
     mid = await _add(deps, ns, "survives a pool index drop")
     pool = int(await _tier(deps, ns))
-    await deps.store.client.execute_command("FT.DROPINDEX", pool_index_name(pool % 65536))
+    await deps.store.client.execute_command("FT.DROPINDEX", pool_index_name(pool))
 
     hits = await operations.search(ns, SearchRequest(query="pool index drop", mode="text"), deps)
     described = await operations.describe(ns, DescribeRequest(), deps)
 
     assert [h.id for h in hits.results] == [mid]
     assert described.total == 1
+
+
+async def test_a_pool_index_holds_at_most_its_share_of_namespaces(in_process) -> None:
+    deps = _deps(in_process)
+    spaces = [_ns() for _ in range(POOL_NAMESPACES + 1)]
+    for i, ns in enumerate(spaces):
+        await _add(deps, ns, f"note {i} of a crowded pool")
+    numbers = [int(await _tier(deps, ns)) for ns in spaces]
+    by_index: dict[str, set[int]] = {}
+    for number in numbers:
+        by_index.setdefault(pool_index_name(number), set()).add(number)
+
+    assert len(by_index) >= 2  # 65 new namespaces cannot share one pool
+    for name in by_index:
+        # Every pool number the index holds memories of (other tests' namespaces too).
+        raw = await deps.store.client.execute_command(
+            "FT.AGGREGATE", name, "*", "GROUPBY", 1, "@pool", "LIMIT", 0, 1000
+        )
+        rows = raw[b"results"] if isinstance(raw, dict) else raw[1:]
+        assert 0 < len(rows) <= POOL_NAMESPACES
+    for i, ns in enumerate(spaces):  # each still finds its own memory only
+        hits = await operations.search(ns, SearchRequest(query="crowded pool", mode="text"), deps)
+        assert [h.content for h in hits.results] == [f"note {i} of a crowded pool"]
+
+
+async def test_identical_memories_score_alike_in_a_pool_as_in_an_own_index(in_process) -> None:
+    """BM25 in a pool: two identical memories score the same, beside a neighbour namespace
+    in the same pool whose memories hold the same words many times over."""
+    scores: dict[int, list[tuple[str, float | None]]] = {}
+    for pool_max in (1000, 0):
+        deps = _deps(in_process, pool_max=pool_max)
+        neighbour, ns = _ns(), _ns()
+        for i in range(30):
+            await _add(deps, neighbour, f"migration plan {i} migration notes", dedup="none")
+        twins = [await _add(deps, ns, "the migration plan was approved", dedup="none")]
+        twins.append(await _add(deps, ns, "the migration plan was approved", dedup="none"))
+        await _add(deps, ns, "a plan for lunch", dedup="none")
+        if pool_max:
+            assert pool_index_name(int(await _tier(deps, ns))) == pool_index_name(
+                int(await _tier(deps, neighbour))
+            )
+        hits = await operations.search(
+            ns, SearchRequest(query="migration plan", mode="text", limit=10), deps
+        )
+        got = {h.id: h.text_score for h in hits.results}
+        assert got[twins[0]] == got[twins[1]] == 1.0
+        scores[pool_max] = [(h.content, h.text_score) for h in hits.results]
+    # The same memories in the same order, the best match (the twins) at 1.0 in both.
+    assert [c for c, _ in scores[1000]] == [c for c, _ in scores[0]]
