@@ -5,7 +5,8 @@ operations in-process (`make_deps`, hash embedder, like `bench/namespaces.py` wi
 bus), and measures:
 
 - `--namespaces` namespaces of `--per` memories each (`operations.add`, the way a request
-  is served): Redis `used_memory` per namespace, and each namespace's first add;
+  is served): Redis `used_memory` per namespace, each namespace's first add and its later
+  ones;
 - vector, text and hybrid search in one small namespace, with all of them loaded;
 - one namespace grown to `--big` memories: the add that promotes it past `--pool-max`,
   how long the promotion takes, and search latency before (pooled) and after (own index);
@@ -103,6 +104,7 @@ async def run(args: argparse.Namespace, redis_url: str) -> None:
     await add("warmup")
     base = sync.info("memory")["used_memory"]
     first: list[float] = []
+    later: list[float] = []
     t_start = time.perf_counter()
     for i in range(args.namespaces):
         ns = f"n{i:05d}"
@@ -110,7 +112,9 @@ async def run(args: argparse.Namespace, redis_url: str) -> None:
         await add(ns)
         first.append((time.perf_counter() - t0) * 1000)
         for _ in range(args.per - 1):
+            t0 = time.perf_counter()
             await add(ns)
+            later.append((time.perf_counter() - t0) * 1000)
         if (i + 1) % 1000 == 0:
             used = sync.info("memory")["used_memory"] - base
             print(
@@ -124,6 +128,9 @@ async def run(args: argparse.Namespace, redis_url: str) -> None:
     print(f"{args.namespaces} namespaces x {args.per} memories, {mode}:")
     print(f"  used_memory +{used / 2**20:.0f} MB ({used / args.namespaces / 1024:.1f} KB each)")
     print(f"  first add {_ms(first)}")
+    if later:
+        ratio = statistics.median(first) / statistics.median(later)
+        print(f"  later adds {_ms(later)}; first / later add, p50: {ratio:.2f}x")
     await _searches(deps, f"n{args.namespaces // 2:05d}", rng, "small namespace, all loaded")
 
     if args.big:
