@@ -29,6 +29,7 @@ from redisvl.schema import IndexSchema
 from handlers.store.failures import is_missing_index
 from handlers.store.keys import (
     OWN_INDEX,
+    POOL_NAMESPACES,
     POOL_SEQUENCE,
     TALLIES_COMPLETE,
     index_name,
@@ -133,6 +134,7 @@ class Indexes:
             created = await self.client.set(meta_key(ns), msgspec.json.encode(self.mine), nx=True)
             meta = _meta_decoder.decode(await self.client.get(meta_key(ns)) or b"")
             tier = await self.client.get(tier_key(ns))
+            opens = False
             # Without a meta, a namespace that has a tier or an index of its own was made
             # before metas were kept (or lost its meta): it is not new.
             fresh = created and tier is None and await self._info(index_name(ns)) is None
@@ -147,12 +149,16 @@ class Indexes:
                 if pooled:
                     sequence = int(await self.client.incr(POOL_SEQUENCE))
                     first = str(pool_number(sequence, meta.dimension))
+                    # The first number of its pool: no memory can be in that pool yet.
+                    opens = sequence == 1 or sequence % POOL_NAMESPACES == 0
                 else:
                     first = OWN_INDEX
-                await self.client.set(tier_key(ns), first, nx=True)
+                claimed = await self.client.set(tier_key(ns), first, nx=True)
+                opens = opens and bool(claimed)
                 tier = await self.client.get(tier_key(ns)) or first
             if text(tier) != OWN_INDEX:
-                space = Namespace(await self._pool(int(tier), meta.dimension), meta, int(tier))
+                pool = await self._pool(int(tier), meta.dimension, empty=opens)
+                space = Namespace(pool, meta, int(tier))
             else:
                 space = Namespace(await self._own(ns, meta.dimension), meta)
         self._open[ns] = space
@@ -185,9 +191,11 @@ class Indexes:
                 return None
             raise
 
-    async def _pool(self, number: int, dimension: int) -> AsyncSearchIndex:
+    async def _pool(self, number: int, dimension: int, empty: bool = False) -> AsyncSearchIndex:
         """The pool index of the pooled namespace with this pool number, created if
-        missing."""
+        missing. `empty`: the pool holds no memory yet, so a new index skips the scan of
+        the keyspace that FT.CREATE otherwise starts (it grows with every key in Redis, and
+        the first add waits for it); an index made again after a loss scans."""
         index = self._pools.get(pool_of(number))
         if index is not None:
             return index
@@ -196,7 +204,8 @@ class Indexes:
         )
         # redisvl has no FILTER: the FT.CREATE is sent as is.
         args: list[Any] = ["ON", "HASH", "PREFIX", 1, index.schema.index.prefix]
-        args += ["FILTER", pool_filter(number, POOL_FIELD), "SCHEMA"]
+        args += ["FILTER", pool_filter(number, POOL_FIELD)]
+        args += [*(["SKIPINITIALSCAN"] if empty else []), "SCHEMA"]
         for field in index.schema.redis_fields:
             args += field.redis_args()
         async with _unless_exists():
