@@ -242,6 +242,12 @@ class Indexes:
                 for key in batch:
                     pipe.hdel(key, POOL_FIELD)
                 moved += sum(await pipe.execute())
+            # Taking the field off re-indexed each memory in the new index, which keeps the
+            # replaced entries until its garbage collector runs, and BM25 counts them: word
+            # scores came out at half an index's built at once. So it is built again, from
+            # the memories as they now are (a reader meanwhile sets it up itself).
+            await self.client.execute_command("FT.DROPINDEX", index.name)
+            await self._own(ns, meta.dimension, wait_s)
         self.forget(ns)
         log.info("index.promoted", namespace=ns, index=index_name(ns), memories=moved)
         return True

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import random
 import uuid
 
 import pytest
@@ -334,3 +335,36 @@ async def test_identical_memories_score_alike_in_a_pool_as_in_an_own_index(in_pr
         scores[pool_max] = [(h.content, h.text_score) for h in hits.results]
     # The same memories in the same order, the best match (the twins) at 1.0 in both.
     assert [c for c, _ in scores[1000]] == [c for c, _ in scores[0]]
+
+
+async def test_a_promoted_namespace_scores_as_one_with_its_own_index_from_the_start(
+    in_process,
+) -> None:
+    rng = random.Random(3)
+    words = [
+        "alpha",
+        "beta",
+        "gamma",
+        "delta",
+        "epsilon",
+        "zeta",
+        "eta",
+        "theta",
+        "iota",
+        "kappa",
+        "lambda",
+        "mu",
+        "nu",
+    ]
+    texts = [" ".join(rng.choice(words) for _ in range(rng.randint(4, 12))) for _ in range(80)]
+    found = {}
+    for pool_max in (20, 0):
+        deps, ns = _deps(in_process, pool_max=pool_max), _ns()
+        for text in texts:
+            await _add(deps, ns, text, dedup="none")
+        assert await _tier(deps, ns) == OWN_INDEX
+        hits = await operations.search(
+            ns, SearchRequest(query="alpha beta", mode="text", limit=20), deps
+        )
+        found[pool_max] = [(h.content, round(h.text_score, 9)) for h in hits.results]
+    assert found[20] == found[0]
