@@ -97,9 +97,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     history_after_delete_s: Annotated[int, msgspec.Meta(ge=1)] = 30 * 24 * 3600
     # A new namespace shares a pool index with up to 63 other small namespaces until it holds
     # this many memories, then gets an index of its own (an index of its own costs Redis
-    # about 1.9 MB however few memories it holds). 0: every namespace has its own from the
-    # start (see docs/benchmarks.md, "Many namespaces").
-    pool_max: Annotated[int, msgspec.Meta(ge=0)] = 1000
+    # about 1.9 MB however few memories it holds; a pool's BM25 word statistics are the
+    # pool's, which cost LoCoMo-sized namespaces 0.01 of MRR@10 when pooled at 1,000). 0:
+    # every namespace has its own from the start (docs/benchmarks.md, "Many namespaces").
+    pool_max: Annotated[int, msgspec.Meta(ge=0)] = 100
     log_level: str = "info"
     # The HTTP port of /metrics (Prometheus), /healthz and /readyz; 0: none. Needs the
     # `observability` extra. Traces are set up from the standard OTEL_* variables instead.

@@ -231,7 +231,7 @@ class Indexes:
                 return False
             meta = _meta_decoder.decode(await self.client.get(meta_key(ns)) or b"")
             index = await self._own(ns, meta.dimension, wait_s)
-            if int((await index.info()).get("indexing", 0)):
+            if not await self._wait_indexed(index, 0):
                 return False
             await self.client.set(tier_key(ns), OWN_INDEX)
             moved = 0
@@ -269,13 +269,19 @@ class Indexes:
                 added = True
         return added
 
-    async def _wait_indexed(self, index: AsyncSearchIndex, limit_s: float = 5.0) -> None:
-        """A (re-)created index scans existing keys in the background; let it finish."""
+    async def _wait_indexed(self, index: AsyncSearchIndex, limit_s: float = 5.0) -> bool:
+        """A (re-)created index scans existing keys in the background; let it finish.
+        Whether it did: False when it is still scanning, or gone (a promotion builds an
+        index again; the query that finds it missing sets it up anew)."""
         deadline = asyncio.get_running_loop().time() + limit_s
-        while asyncio.get_running_loop().time() < deadline:
-            info = await index.info()
-            if not int(info.get("indexing", 0)):
-                return
+        while True:
+            info = await self._info(index.name)
+            if info is None:
+                return False
+            if not index_indexing(info):
+                return True
+            if asyncio.get_running_loop().time() >= deadline:
+                return False
             await asyncio.sleep(0.01)
 
 

@@ -21,7 +21,7 @@ POOL_SEQUENCE = f"{ROOT}:pool:seq"
 _DIMENSIONS = 65536
 # Namespaces per pool index: a text query in a pooled namespace reads its words' matches
 # across the whole pool (see `Namespace.mine_for_text`), so a pool stays small: 64
-# namespaces, each promoted to an index of its own once it holds `pool_max` memories.
+# namespaces, each promoted to an index of its own once it holds `pool_max` (100) memories.
 POOL_NAMESPACES = 64
 
 

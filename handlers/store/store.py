@@ -73,7 +73,7 @@ T = TypeVar("T")
 # A namespace keeps to a shared pool index until it holds that many memories (see `indexes`;
 # MEMBUS_POOL_MAX, 0: no pools); POOL_CHECK_EVERY new memories a handler writes there,
 # it counts them.
-POOL_MAX = 1000
+POOL_MAX = 100
 POOL_CHECK_EVERY = 32
 _UNSET = 2  # what ADD_LUA returns for a namespace that Redis lost
 S = TypeVar("S", Summary, Record, Mentions)

@@ -198,7 +198,13 @@ async def test_memories_written_during_a_promotion_are_all_kept(in_process) -> N
     async def write() -> list[str]:
         return [await _add(writer, ns, f"during the move {i}") for i in range(40)]
 
-    promoted, written = await asyncio.gather(deps.store.indexes.promote(ns), write())
+    async def promote() -> bool:
+        # As the store promotes: under the namespace's lock (the writer's own check of the
+        # namespace's size may want to promote it too).
+        async with deps.store.exclusive(ns, "promote", hold_s=120.0):
+            return await deps.store.indexes.promote(ns)
+
+    promoted, written = await asyncio.gather(promote(), write())
 
     assert promoted
     listed = await operations.list_(ns, ListRequest(limit=100), deps)
