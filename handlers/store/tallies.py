@@ -199,8 +199,9 @@ class Tallies:
 
     async def rebuild(self, ns: str, now_ms: int, batch: int = 500) -> int:
         """Count every memory of a namespace that has no complete tallies (written by an
-        older version), then mark them complete; how many memories were read. Writes
-        meanwhile count themselves, and counting a memory twice changes nothing."""
+        older version), uncount those counted but gone, then mark them complete; how many
+        memories were read. Writes meanwhile count themselves, and counting a memory twice
+        changes nothing."""
         prefix = keys.tally_prefix(ns)
         found = 0
         async with self._guard():
@@ -212,6 +213,15 @@ class Tallies:
                     keys_seen = []
             if keys_seen:
                 found += await self._count(ns, prefix, keys_seen, now_ms)
+            # And uncount what is counted but gone (deleted by a writer that did not count).
+            counted: list[Any] = []
+            async for mid, _ in self.client.hscan_iter(prefix + "d"):
+                counted.append(keys.record_key(ns, text(mid)))
+                if len(counted) >= batch:
+                    await self._count(ns, prefix, counted, now_ms)
+                    counted = []
+            if counted:
+                await self._count(ns, prefix, counted, now_ms)
             await self.client.set(prefix + keys.TALLIES_COMPLETE, 1)
         return found
 

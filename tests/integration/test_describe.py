@@ -313,3 +313,26 @@ async def test_more_expiries_than_one_read_settles_are_answered_by_aggregating_m
     assert await _aggregations(rds) == calls + 1
     assert (await mem.list()).total == 1
     assert await rds.zcard(tally_prefix(ns) + "x") == 0
+
+
+@pytest.mark.transports("in_process")
+async def test_recounting_uncounts_a_memory_deleted_without_counting(
+    wf123: AgentMemory, rds: aioredis.Redis, in_process: InProcess, ns: str
+) -> None:
+    await wf123.add("knowledge", "alpha", tags=["red"])
+    gone = await wf123.add("knowledge", "beta", tags=["blue"])
+    # As an older handler deletes, beside newer ones: the record goes, its counts stay. The
+    # operator then has the namespace counted again (docs/operations.md).
+    await rds.delete(f"membus:{ns}:m:{gone.id}")
+    assert (await wf123.describe()).total == 2
+    await rds.delete(tally_prefix(ns) + TALLIES_COMPLETE)
+
+    await wf123.describe()  # aggregates, and counts again in the background
+    for _ in range(100):
+        if await rds.exists(tally_prefix(ns) + TALLIES_COMPLETE):
+            break
+        await asyncio.sleep(0.02)
+
+    counted = await wf123.describe()
+    assert (counted.total, counted.tags) == (1, ["red"])
+    await _assert_counts_equal_aggregation(in_process.deps.store, ns)
