@@ -336,3 +336,33 @@ async def test_recounting_uncounts_a_memory_deleted_without_counting(
     counted = await wf123.describe()
     assert (counted.total, counted.tags) == (1, ["red"])
     await _assert_counts_equal_aggregation(in_process.deps.store, ns)
+
+
+@pytest.mark.transports("in_process", "nats")
+async def test_one_memory_written_at_once_from_everywhere_is_counted_once(
+    bus: MemoryBus, in_process: InProcess, ns: str
+) -> None:
+    agents = [bus.agent(workflow_id="wf_0", agent_id=f"a{i}") for i in range(6)]
+    target = await agents[0].add("knowledge", "contended", tags=["red"])
+    other = await agents[0].add("decision", "bystander", scope="general")
+    store = in_process.deps.store
+
+    async def flip(agent: AgentMemory, i: int) -> None:
+        with contextlib.suppress(NotFound):  # deleted meanwhile
+            await agent.update(
+                target.id, tags=[["red"], ["blue", "gold"], []][i % 3], ttl_s=[None, 0, 60][i % 3]
+            )
+
+    await asyncio.gather(*(flip(agents[i % 6], i) for i in range(60)))
+    await _assert_counts_equal_aggregation(store, ns)  # as the last update left it
+
+    async def end(agent: AgentMemory) -> None:
+        await asyncio.sleep(0.01)
+        await agent.add("knowledge", "replacement", supersedes=[target.id])
+        await agent.delete([target.id, other.id])
+
+    await asyncio.gather(*(flip(agents[i % 6], i) for i in range(60, 120)), end(agents[5]))
+
+    await _assert_counts_equal_aggregation(store, ns)
+    seen = await agents[0].describe()
+    assert (seen.total, seen.by_type) == (1, {"knowledge": 1})
