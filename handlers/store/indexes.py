@@ -178,8 +178,7 @@ class Indexes:
             async with _unless_exists():
                 await index.create(overwrite=False)
             info = await self._info(index.name)
-        if await self._add_missing_fields(index, info) or info is None or index_indexing(info):
-            await self._wait_indexed(index, wait_s)
+        await self._bring_up(index, info, wait_s)
         return index
 
     async def _info(self, name: str) -> Any:
@@ -210,9 +209,7 @@ class Indexes:
             args += field.redis_args()
         async with _unless_exists():
             await self.client.execute_command("FT.CREATE", index.name, *args)
-        info = await self._info(index.name)
-        if await self._add_missing_fields(index, info) or info is None or index_indexing(info):
-            await self._wait_indexed(index)
+        await self._bring_up(index, await self._info(index.name))
         self._pools[pool_of(number)] = index
         return index
 
@@ -235,7 +232,7 @@ class Indexes:
                 return False
             await self.client.set(tier_key(ns), OWN_INDEX)
             moved = 0
-            async for batch in _batches(
+            async for batch in batches(
                 self.client.scan_iter(match=f"{record_prefix(ns)}*", count=1000)
             ):
                 pipe = self.client.pipeline(transaction=False)
@@ -252,12 +249,16 @@ class Indexes:
         log.info("index.promoted", namespace=ns, index=index_name(ns), memories=moved)
         return True
 
-    async def _add_missing_fields(self, index: AsyncSearchIndex, info: Any = None) -> bool:
-        """Bring an index made by an older version up to the current schema: FT.ALTER adds
-        the fields it lacks, and RediSearch indexes existing memories for them. `info`: its
-        FT.INFO, if read already. Whether a field was added."""
-        if info is None:
-            info = await self.client.execute_command("FT.INFO", index.name)
+    async def _bring_up(self, index: AsyncSearchIndex, info: Any, wait_s: float = 5.0) -> None:
+        """An index found or just made (`info`: its FT.INFO, None if it is gone again): up
+        to the current schema, and, while it indexes existing memories, waited for."""
+        if info is None or await self._add_missing_fields(index, info) or index_indexing(info):
+            await self._wait_indexed(index, wait_s)
+
+    async def _add_missing_fields(self, index: AsyncSearchIndex, info: Any) -> bool:
+        """Bring an index made by an older version up to the current schema (`info`: its
+        FT.INFO): FT.ALTER adds the fields it lacks, and RediSearch indexes existing
+        memories for them. Whether a field was added."""
         have = index_attributes(info)
         added = False
         for field in index.schema.redis_fields:
@@ -295,7 +296,8 @@ async def _unless_exists() -> AsyncIterator[None]:
             raise
 
 
-async def _batches(keys: AsyncIterator[Any], size: int = 500) -> AsyncIterator[list[Any]]:
+async def batches(keys: AsyncIterator[Any], size: int = 500) -> AsyncIterator[list[Any]]:
+    """The items of an async iterator (a SCAN), `size` at a time."""
     batch: list[Any] = []
     async for key in keys:
         batch.append(key)

@@ -64,6 +64,25 @@ local function tally_desc(rec, now)
   return {f[1], f[2] or '', f[3] or '', f[4] or '', f[5] == '1' and '1' or '0', f[6] or '',
     f[7] or '0', f[8], f[9] == '1' and '1' or ''}
 end
+-- The sorted set of a side's memories of one store, workspace tag and superseded flag.
+local function by_time(p, side, store, wsh, sup)
+  return p .. 'o:' .. redis.sha1hex(cjson.encode({side, store, wsh, sup}))
+end
+-- A side's counts (HGETALL, as stored), and each of its sorted sets once, with the store,
+-- workspace tag and superseded flag it holds.
+local function side_sets(p, side)
+  local counts = redis.call('HGETALL', p .. 'h:' .. side)
+  local sets, seen = {}, {}
+  for i = 1, #counts, 2 do
+    local f = cjson.decode(counts[i])
+    local o = f[1] == 'n' and by_time(p, side, f[2], f[3], f[5])
+    if o and not seen[o] then
+      seen[o] = true
+      sets[#sets + 1] = {o, f[2], f[3], f[5]}
+    end
+  end
+  return counts, sets
+end
 local function tally_apply(p, id, d, sign)
   local store, wsh, g = d[2], d[3], d[5]
   local sides = {g == '1' and 'g' or ('w:' .. d[4])}
@@ -78,7 +97,7 @@ local function tally_apply(p, id, d, sign)
     for _, field in ipairs(fields) do
       if redis.call('HINCRBY', h, field, sign) <= 0 then redis.call('HDEL', h, field) end
     end
-    local o = p .. 'o:' .. redis.sha1hex(cjson.encode({side, store, wsh, d[9]}))
+    local o = by_time(p, side, store, wsh, d[9])
     if sign > 0 then redis.call('ZADD', o, d[7], id) else redis.call('ZREM', o, id) end
   end
 end
@@ -512,19 +531,12 @@ if redis.call('EXISTS', p .. 'ready') == 0 then return false end
 if not settled(p, ARGV[2], now) then return 'behind' end
 local out = {}
 for j = 3, #ARGV do
-  local side = ARGV[j]
-  local counts = redis.call('HGETALL', p .. 'h:' .. side)
-  local bounds, seen = {}, {}
-  for i = 1, #counts, 2 do
-    local f = cjson.decode(counts[i])
-    local combo = cjson.encode({side, f[2], f[3], f[5]})
-    if f[1] == 'n' and not seen[combo] then
-      seen[combo] = true
-      local o = p .. 'o:' .. redis.sha1hex(combo)
-      local first = redis.call('ZRANGE', o, 0, 0, 'WITHSCORES')
-      local last = redis.call('ZRANGE', o, -1, -1, 'WITHSCORES')
-      bounds[#bounds + 1] = {f[2], f[3], first[2] or '', last[2] or ''}
-    end
+  local counts, sets = side_sets(p, ARGV[j])
+  local bounds = {}
+  for _, set in ipairs(sets) do
+    local first = redis.call('ZRANGE', set[1], 0, 0, 'WITHSCORES')
+    local last = redis.call('ZRANGE', set[1], -1, -1, 'WITHSCORES')
+    bounds[#bounds + 1] = {set[2], set[3], first[2] or '', last[2] or ''}
   end
   out[#out + 1] = {counts, bounds}
 end
@@ -554,22 +566,14 @@ if ARGV[6] == '1' then
 end
 local total, out = 0, {}
 for j = 8, 7 + nsides do
-  local side = ARGV[j]
-  local counts = redis.call('HGETALL', p .. 'h:' .. side)
-  local seen = {}
-  for i = 1, #counts, 2 do
-    local f = cjson.decode(counts[i])
-    local combo = cjson.encode({side, f[2], f[3], f[5]})
-    if f[1] == 'n' and not seen[combo] then
-      seen[combo] = true
-      local wanted = (ARGV[5] == '' or f[3] == ARGV[5]) and (not stores or stores[f[2]])
-        and (ARGV[4] == '1' or f[5] == '')
-      if wanted then
-        local o = p .. 'o:' .. redis.sha1hex(combo)
-        total = total + redis.call('ZCARD', o)
-        local newest = redis.call('ZREVRANGE', o, 0, want - 1, 'WITHSCORES')
-        for _, v in ipairs(newest) do out[#out + 1] = v end
-      end
+  local _, sets = side_sets(p, ARGV[j])
+  for _, set in ipairs(sets) do
+    local o, store, wsh, sup = set[1], set[2], set[3], set[4]
+    if (ARGV[5] == '' or wsh == ARGV[5]) and (not stores or stores[store])
+        and (ARGV[4] == '1' or sup == '') then
+      total = total + redis.call('ZCARD', o)
+      local newest = redis.call('ZREVRANGE', o, 0, want - 1, 'WITHSCORES')
+      for _, v in ipairs(newest) do out[#out + 1] = v end
     end
   end
 end

@@ -100,6 +100,14 @@ WORDS_TTL_S = 24 * 3600
 D = TypeVar("D", bound=msgspec.Struct)
 
 
+def _bm25(space: Namespace, terms: list[str], where: FilterExpression, current: bool) -> Query:
+    """The full-text query of `terms` in the namespace, scored by BM25 (`text_match`): one
+    shape for reading the best matches and for scoring given memories, so that a memory
+    scores the same in both."""
+    q = Query(text_match(terms, where, current, space.mine_for_text))
+    return q.scorer("BM25STD").with_scores().dialect(2)
+
+
 def _decode_docs(ns: str, found: Found, shape: type[D]) -> list[D]:
     """An FT.SEARCH page as Structs (each document's id comes from its key)."""
     out = []
@@ -599,9 +607,8 @@ class Store:
         `current`, none superseded."""
 
         async def query(space: Namespace) -> Query:
-            q = Query(text_match(terms, where, current, space.mine_for_text))
-            q = q.scorer("BM25STD").with_scores()
-            return q.return_fields(*CANDIDATE_FIELDS).paging(0, k).dialect(2)
+            q = _bm25(space, terms, where, current)
+            return q.return_fields(*CANDIDATE_FIELDS).paging(0, k)
 
         return self._candidates(ns, await self._search(ns, query, with_scores=True))
 
@@ -620,9 +627,9 @@ class Store:
         changes RediSearch's scores even at weight 0 (a word's share doubled, measured)."""
 
         async def query(space: Namespace) -> Query:
-            q = Query(text_match(terms, where, current, space.mine_for_text))
+            q = _bm25(space, terms, where, current)
             q = q.limit_ids(*(keys.record_key(ns, mid) for mid in among))
-            return q.scorer("BM25STD").with_scores().no_content().paging(0, len(among)).dialect(2)
+            return q.no_content().paging(0, len(among))
 
         found = await self._search(ns, query, with_scores=True)
         return {keys.id_of(ns, key): float(f["__score"]) for key, f in found.docs}
@@ -694,18 +701,17 @@ class Store:
 
     async def overview(self, ns: str, scope: ReadScope, now_ms: int) -> Overview:
         """What `describe` reports of the memories live in a scope: from the tallies the
-        writes keep (see `tallies`), or, in a namespace from before them, by aggregating
-        while they are counted once in the background."""
+        writes keep (see `tallies`), or by aggregating: in a namespace from before them,
+        while they are counted once in the background, and while more memories expired at
+        once than one read settles."""
         await self.indexes.get(ns)
-        try:
+        with contextlib.suppress(Behind):
             seen = await self.tallies.overview(ns, scope, now_ms)
-        except Behind:
-            return Overview.of(await self.aggregate(ns, read_filter(now_ms, scope)))
-        if seen is not None:
-            return seen
-        if ns not in self._rebuilding:
-            self._rebuilding.add(ns)
-            self._later(self._rebuild_tallies(ns, now_ms), "store.tally_rebuild_failed")
+            if seen is not None:
+                return seen
+            if ns not in self._rebuilding:
+                self._rebuilding.add(ns)
+                self._later(self._rebuild_tallies(ns, now_ms), "store.tally_rebuild_failed")
         return Overview.of(await self.aggregate(ns, read_filter(now_ms, scope)))
 
     async def _rebuild_tallies(self, ns: str, now_ms: int) -> None:

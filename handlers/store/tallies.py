@@ -24,6 +24,7 @@ import redis.asyncio as aioredis
 
 from handlers.store import keys
 from handlers.store.filters import ReadScope
+from handlers.store.indexes import batches
 from handlers.store.record import TypeGroup, workspace_tag
 from handlers.store.resp import text
 from handlers.store.scripts import NEWEST_LUA, RETALLY_LUA, TALLY_READ_LUA
@@ -197,7 +198,7 @@ class Tallies:
         )
         return total, [mid for _, mid in ranked[offset : offset + limit]]
 
-    async def rebuild(self, ns: str, now_ms: int, batch: int = 500) -> int:
+    async def rebuild(self, ns: str, now_ms: int, size: int = 500) -> int:
         """Count every memory of a namespace that has no complete tallies (written by an
         older version), uncount those counted but gone, then mark them complete; how many
         memories were read. Writes meanwhile count themselves, and counting a memory twice
@@ -205,22 +206,12 @@ class Tallies:
         prefix = keys.tally_prefix(ns)
         found = 0
         async with self._guard():
-            keys_seen: list[Any] = []
-            async for key in self.client.scan_iter(match=f"{keys.record_prefix(ns)}*", count=1000):
-                keys_seen.append(key)
-                if len(keys_seen) >= batch:
-                    found += await self._count(ns, prefix, keys_seen, now_ms)
-                    keys_seen = []
-            if keys_seen:
-                found += await self._count(ns, prefix, keys_seen, now_ms)
+            records = self.client.scan_iter(match=f"{keys.record_prefix(ns)}*", count=1000)
+            async for batch in batches(records, size):
+                found += await self._count(ns, prefix, batch, now_ms)
             # And uncount what is counted but gone (deleted by a writer that did not count).
-            counted: list[Any] = []
-            async for mid, _ in self.client.hscan_iter(prefix + "d"):
-                counted.append(keys.record_key(ns, text(mid)))
-                if len(counted) >= batch:
-                    await self._count(ns, prefix, counted, now_ms)
-                    counted = []
-            if counted:
+            async for batch in batches(self.client.hscan_iter(prefix + "d"), size):
+                counted = [keys.record_key(ns, text(mid)) for mid, _ in batch]
                 await self._count(ns, prefix, counted, now_ms)
             await self.client.set(prefix + keys.TALLIES_COMPLETE, 1)
         return found
