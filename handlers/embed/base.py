@@ -15,7 +15,15 @@ class Embedder(Protocol):
     name: str
     dimension: int
 
+    # Non-empty when queries are embedded by another model than stored texts (minilm's int8),
+    # naming it: caches must keep the two apart.
+    query_variant: str
+
     async def embed(self, texts: list[str]) -> list[np.ndarray]: ...
+
+    # Texts that are only compared with stored vectors, never stored (search and recall
+    # queries): an embedder may compute these more cheaply.
+    async def embed_queries(self, texts: list[str]) -> list[np.ndarray]: ...
 
     async def close(self) -> None: ...
 

@@ -33,12 +33,31 @@ class CachedEmbedder:
         # costs no round trip, and is found even before its Redis entry is written.
         self._recent: OrderedDict[str, np.ndarray] = OrderedDict()
         self._recent_max = recent
+        self.query_variant = inner.query_variant
+        # Query vectors of another model than the stored texts' (minilm's int8) are kept
+        # apart, and only here: they cost about what a Redis round trip does to fetch.
+        self._recent_queries: OrderedDict[str, np.ndarray] = OrderedDict()
 
-    def _remember(self, text: str, vec: np.ndarray) -> None:
-        self._recent[text] = vec
-        self._recent.move_to_end(text)
-        if len(self._recent) > self._recent_max:
-            self._recent.popitem(last=False)
+    def _remember(
+        self, text: str, vec: np.ndarray, recent: OrderedDict[str, np.ndarray] | None = None
+    ) -> None:
+        recent = self._recent if recent is None else recent
+        recent[text] = vec
+        recent.move_to_end(text)
+        if len(recent) > self._recent_max:
+            recent.popitem(last=False)
+
+    async def embed_queries(self, texts: list[str]) -> list[np.ndarray]:
+        if not self.query_variant:
+            return await self.embed(texts)
+        out: list[np.ndarray | None] = [self._recent_queries.get(t) for t in texts]
+        misses = [i for i, v in enumerate(out) if v is None]
+        if misses:
+            fresh = await self.inner.embed_queries([texts[i] for i in misses])
+            for i, vec in zip(misses, fresh, strict=True):
+                out[i] = vec
+                self._remember(texts[i], vec, self._recent_queries)
+        return [v for v in out if v is not None]
 
     async def embed(self, texts: list[str]) -> list[np.ndarray]:
         out: list[np.ndarray | None] = [self._recent.get(t) for t in texts]

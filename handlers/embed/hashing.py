@@ -13,6 +13,7 @@ _WORD_RE = re.compile(r"\w+", re.UNICODE)
 
 class HashEmbedder:
     name = "hash"
+    query_variant = ""
 
     def __init__(self, dimension: int = 384) -> None:
         self.dimension = dimension
@@ -34,6 +35,9 @@ class HashEmbedder:
 
     async def embed(self, texts: list[str]) -> list[np.ndarray]:
         return [self.embed_one(t) for t in texts]
+
+    async def embed_queries(self, texts: list[str]) -> list[np.ndarray]:
+        return await self.embed(texts)
 
     async def close(self) -> None:
         return None

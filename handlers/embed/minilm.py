@@ -9,6 +9,8 @@ so concurrent adds and searches share one forward pass.
 
     MEMBUS_MODEL_DIR          where the .onnx files are cached (default ~/.cache/membus/models)
     MEMBUS_MINILM_QUANTIZE    `int8` for the dynamically quantised model (default: fp32)
+    MEMBUS_MINILM_QUERIES     `fp32` to embed search and recall queries with the stored texts'
+                              model (default: `int8`, see `MiniLMEmbedder.embed_queries`)
     MEMBUS_MINILM_THREADS     onnxruntime intra-op threads (default 1)
 """
 
@@ -18,6 +20,7 @@ import asyncio
 import contextlib
 import importlib.util
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -79,52 +82,37 @@ def _threads_from_env() -> int:
     return max(1, int(os.environ.get("MEMBUS_MINILM_THREADS") or 1))
 
 
-class MiniLMEmbedder:
-    name = "minilm"
-    dimension = 384
+def _query_quantize_from_env() -> bool:
+    # Queries in int8 by default: see MiniLMEmbedder.embed_queries.
+    value = os.environ.get("MEMBUS_MINILM_QUERIES", "").strip().lower()
+    if value in ("", "int8"):
+        return True
+    if value == "fp32":
+        return False
+    raise ValueError(f"MEMBUS_MINILM_QUERIES={value!r}: expected int8 or fp32")
+
+
+class _Model:
+    """One onnxruntime graph of the model."""
 
     def __init__(
-        self,
-        model_path: str | Path | None = None,
-        *,
-        quantize: bool | None = None,
-        cache_dir: Path | None = None,
-        threads: int | None = None,
+        self, model_file: Path, threads: int, tokenizer: Any, chunk_tokens: int = CHUNK_TOKENS
     ) -> None:
         import onnxruntime as ort
-        from tokenizers import Tokenizer
-
-        model_dir = Path(model_path) if model_path else onnx_export.default_model_dir()
-        self.quantize = _quantize_from_env() if quantize is None else quantize
-        self.model_file = onnx_export.ensure(
-            cache_dir or onnx_export.default_cache_dir(), model_dir, self.quantize
-        )
 
         opts = ort.SessionOptions()
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        opts.intra_op_num_threads = threads or _threads_from_env()
+        opts.intra_op_num_threads = threads
         opts.inter_op_num_threads = 1
         # Idle pool threads would otherwise spin, taking a core from the other handlers.
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        self.model_file = model_file
         self._session = ort.InferenceSession(
-            str(self.model_file), opts, providers=["CPUExecutionProvider"]
+            str(model_file), opts, providers=["CPUExecutionProvider"]
         )
         self.dimension = int(self._session.get_outputs()[0].shape[1])
-
-        self._tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
-        # The file ships with fixed padding to 128 and truncation at 128: pad per chunk
-        # ourselves, and truncate where sentence-transformers does.
-        self._tokenizer.no_padding()
-        self._tokenizer.enable_truncation(max_length=MAX_SEQ)
-
-        self._queue: _Queue | None = None
-        self._worker: asyncio.Task[None] | None = None
-        log.info(
-            "minilm.loaded",
-            model=str(self.model_file),
-            int8=self.quantize,
-            threads=opts.intra_op_num_threads,
-        )
+        self._tokenizer = tokenizer
+        self._chunk_tokens = chunk_tokens
 
     def encode(self, texts: list[str]) -> np.ndarray:
         """L2-normalised float32 embeddings, one row per text, in order."""
@@ -139,7 +127,9 @@ class MiniLMEmbedder:
         start = 0
         while start < len(order):
             end = start + 1
-            while end < len(order) and (end - start + 1) * lengths[order[end]] <= CHUNK_TOKENS:
+            while (
+                end < len(order) and (end - start + 1) * lengths[order[end]] <= self._chunk_tokens
+            ):
                 end += 1
             chunk = order[start:end]
             width = lengths[chunk[-1]]
@@ -152,6 +142,15 @@ class MiniLMEmbedder:
             out[chunk] = self._session.run(["embedding"], feed)[0]
             start = end
         return out
+
+
+class _Batcher:
+    """Feeds `encode` the texts of concurrent requests together, in passes of MAX_BATCH."""
+
+    def __init__(self, encode: Callable[[list[str]], np.ndarray]) -> None:
+        self._encode = encode
+        self._queue: _Queue | None = None
+        self._worker: asyncio.Task[None] | None = None
 
     async def embed(self, texts: list[str]) -> list[np.ndarray]:
         if self._queue is None:
@@ -178,7 +177,7 @@ class MiniLMEmbedder:
                 if not batch:
                     continue
                 try:
-                    vectors = await loop.run_in_executor(None, self.encode, [t for t, _ in batch])
+                    vectors = await loop.run_in_executor(None, self._encode, [t for t, _ in batch])
                 except Exception as exc:
                     for _, fut in batch:
                         if not fut.done():
@@ -204,3 +203,85 @@ class MiniLMEmbedder:
                 await self._worker
             self._worker = None
             self._queue = None
+
+
+class MiniLMEmbedder:
+    name = "minilm"
+    dimension = 384
+
+    def __init__(
+        self,
+        model_path: str | Path | None = None,
+        *,
+        quantize: bool | None = None,
+        query_quantize: bool | None = None,
+        cache_dir: Path | None = None,
+        threads: int | None = None,
+    ) -> None:
+        from tokenizers import Tokenizer
+
+        model_dir = Path(model_path) if model_path else onnx_export.default_model_dir()
+        cache_dir = cache_dir or onnx_export.default_cache_dir()
+        self.quantize = _quantize_from_env() if quantize is None else quantize
+        queries_int8 = _query_quantize_from_env() if query_quantize is None else query_quantize
+        threads = threads or _threads_from_env()
+
+        tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+        # The file ships with fixed padding to 128 and truncation at 128: pad per chunk
+        # ourselves, and truncate where sentence-transformers does.
+        tokenizer.no_padding()
+        tokenizer.enable_truncation(max_length=MAX_SEQ)
+
+        self._tokenizer = tokenizer
+        self._stored = _Model(
+            onnx_export.ensure(cache_dir, model_dir, self.quantize), threads, tokenizer
+        )
+        self.model_file = self._stored.model_file
+        self.dimension = self._stored.dimension
+        self._queries = self._stored
+        if queries_int8 and not self.quantize:
+            # One text a pass: dynamic quantisation scales activations over the whole pass,
+            # so a text batched with others (or padded) got another vector. LoCoMo's vector
+            # recall@10 swung from 0.66 to 0.53 between runs until each query ran alone.
+            self._queries = _Model(
+                onnx_export.ensure(cache_dir, model_dir, True), threads, tokenizer, chunk_tokens=0
+            )
+        # Looked up at each pass (not bound now), so a test can wrap `encode`.
+        self._batches = _Batcher(lambda texts: self.encode(texts))
+        self._query_batches = (
+            self._batches
+            if self._queries is self._stored
+            else _Batcher(lambda texts: self.encode_queries(texts))
+        )
+        # Names the query vectors' model when it is not the stored one, so no cache mixes them.
+        self.query_variant = "" if self._queries is self._stored else "int8"
+        log.info(
+            "minilm.loaded",
+            model=str(self.model_file),
+            int8=self.quantize,
+            queries=str(self._queries.model_file),
+            threads=threads,
+        )
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        """L2-normalised float32 embeddings of texts to store, one row per text, in order."""
+        return self._stored.encode(texts)
+
+    def encode_queries(self, texts: list[str]) -> np.ndarray:
+        return self._queries.encode(texts)
+
+    async def embed(self, texts: list[str]) -> list[np.ndarray]:
+        return await self._batches.embed(texts)
+
+    async def embed_queries(self, texts: list[str]) -> list[np.ndarray]:
+        """Vectors of texts that are compared with stored ones and never stored themselves.
+
+        The int8 graph by default: about 3x faster a query than fp32 on one core, at cosine
+        0.97+ to the fp32 vector, and ranking against fp32 memories within LoCoMo's noise
+        (docs/benchmarks.md). Stored vectors stay fp32, so the namespace's data never mixes.
+        """
+        return await self._query_batches.embed(texts)
+
+    async def close(self) -> None:
+        await self._batches.close()
+        await self._query_batches.close()

@@ -12,6 +12,7 @@ class OpenAIEmbedder:
     """Its dimension is asked of the server at start-up."""
 
     name = "openai"
+    query_variant = ""
 
     def __init__(
         self, base_url: str | None, model: str, api_key: str | None, timeout_s: float = 30.0
@@ -30,6 +31,9 @@ class OpenAIEmbedder:
     async def embed(self, texts: list[str]) -> list[np.ndarray]:
         vectors = await self._vectorizer.aembed_many(texts, batch_size=64)
         return [unit(np.asarray(v, dtype=np.float32)) for v in vectors]
+
+    async def embed_queries(self, texts: list[str]) -> list[np.ndarray]:
+        return await self.embed(texts)
 
     async def close(self) -> None:
         return None

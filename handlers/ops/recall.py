@@ -70,9 +70,7 @@ async def recall(ns: str, req: RecallRequest, deps: Deps) -> RecallReply:
         window = {mid for mid, t in seen.items() if abs(turn - t) < req.reinject_after}
         stale = [mid for mid in seen if mid not in window]
         picks = await _candidates(ns, req, deps, now)
-        chosen, similar = await _dedup(
-            ns, deps, picks, window, req.dedup_threshold, req.limit
-        )
+        chosen, similar = await _dedup(ns, deps, picks, window, req.dedup_threshold, req.limit)
         # Only what is returned counts as an access (some chosen ones may not fit).
         found = await deps.store.fetch(ns, [p.id for p in chosen], now, count_access=False)
         results: list[RecalledMemory] = []
@@ -115,7 +113,7 @@ async def _candidates(ns: str, req: RecallRequest, deps: Deps, now: int) -> list
     """Both paths' candidates, identity first then by score."""
     text = req.text[:4096]
     # The message is embedded once; both paths then run side by side.
-    vec = await request_vector(ns, deps, text=text)
+    vec = await request_vector(ns, deps, text=text, query=True)
     search = SearchRequest(
         query=text,
         embedding=vec.tolist(),

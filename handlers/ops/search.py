@@ -110,7 +110,7 @@ async def ranked_candidates(ns: str, req: SearchRequest, deps: Deps, now: int) -
     k = ranking.overfetch(req.limit)
     vec: np.ndarray | None = None
     if mode != "text":
-        vec = await request_vector(ns, deps, text=req.query, given=req.embedding)
+        vec = await request_vector(ns, deps, text=req.query, given=req.embedding, query=True)
     # The vector and full-text queries run side by side.
     nearest, matches = await asyncio.gather(
         deps.store.knn(ns, vec, knn_where, k, scoped=_scoped(req, scope, current))

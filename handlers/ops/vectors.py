@@ -14,14 +14,20 @@ log = structlog.get_logger("membus.operations")
 
 
 async def request_vector(
-    ns: str, deps: Deps, *, text: str | None, given: list[float] | None = None
+    ns: str,
+    deps: Deps,
+    *,
+    text: str | None,
+    given: list[float] | None = None,
+    query: bool = False,
 ) -> np.ndarray:
+    """The vector of one request; `query` when it is only compared, never stored."""
     meta = await deps.store.meta(ns)
     if given is not None:
         return given_vector(ns, meta, given)
     if text is None:
         raise InvalidRequest("Send a `query` (text) or an `embedding`.")
-    [vec] = await embed_texts(ns, deps, meta, [text])
+    [vec] = await embed_texts(ns, deps, meta, [text], query=query)
     return vec
 
 
@@ -39,7 +45,7 @@ def given_vector(ns: str, meta: NamespaceMeta, given: list[float]) -> np.ndarray
 
 
 async def embed_texts(
-    ns: str, deps: Deps, meta: NamespaceMeta, texts: list[str]
+    ns: str, deps: Deps, meta: NamespaceMeta, texts: list[str], *, query: bool = False
 ) -> list[np.ndarray]:
     """This handler's embeddings of `texts`, in one call, if its embedder is the namespace's."""
     embedder = deps.embedder
@@ -50,7 +56,7 @@ async def embed_texts(
             f" Send your own `embedding`, or run handlers with MEMBUS_EMBEDDER={meta.embedder}."
         )
     try:
-        return await embedder.embed(texts)
+        return await (embedder.embed_queries if query else embedder.embed)(texts)
     except Exception as exc:
         log.exception("embedder.failed")
         raise Unavailable(f"The {embedder.name} embedder failed; retry shortly.") from exc

@@ -6,14 +6,20 @@ requests, so these tests run on an embedded stack of their own.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator
 
+import numpy as np
 import pytest
+import redis.asyncio as aioredis
+from redisvl.extensions.cache.embeddings import EmbeddingsCache
 from stacks import private_stack
 
 from bus import MemoryBus, Unavailable
 from deploy.embedded import EmbeddedStack, wait_for_handlers
 from handlers.embed import minilm_available, minilm_missing
+from handlers.embed.cache import CachedEmbedder
+from handlers.embed.minilm import MiniLMEmbedder
 
 pytestmark = pytest.mark.minilm
 
@@ -61,3 +67,29 @@ async def test_a_namespace_refuses_vectors_from_another_embedder(
     assert "MEMBUS_EMBEDDER=minilm" in err.value.message
     assert added.id
     assert (described.embedder, described.total) == ("minilm", 2)
+
+
+async def test_int8_query_vectors_never_reach_stored_memories(rds: aioredis.Redis) -> None:
+    """A text first searched (int8 query vector), then added: the memory gets the fp32
+    vector, from the model, and the shared Redis cache holds the fp32 one only."""
+    cache = EmbeddingsCache(
+        name=f"membus:test-int8cache:{uuid.uuid4().hex}", async_redis_client=rds
+    )
+    model = MiniLMEmbedder()
+    emb = CachedEmbedder(model, cache)
+    text = "the deploy window moved to thursday evening"
+    try:
+        [query] = await emb.embed_queries([text])
+        [again] = await emb.embed_queries([text])
+        [stored] = await emb.embed([text])
+        await emb.close()  # waits for the cache write
+        cached = await cache.aget(text, f"minilm/{model.dimension}")
+    finally:
+        await cache.aclear()
+
+    np.testing.assert_allclose(query, model.encode_queries([text])[0], atol=1e-5)
+    assert again is query  # the handler's own recent queries
+    np.testing.assert_allclose(stored, model.encode([text])[0], atol=1e-5)
+    assert 0.95 <= float(np.dot(query, stored)) < 0.9999
+    assert cached is not None
+    np.testing.assert_allclose(np.asarray(cached["embedding"]), stored, atol=1e-6)

@@ -220,7 +220,7 @@ async def test_close_fails_pending_waiters_and_stops_the_worker(fresh: MiniLMEmb
     await asyncio.to_thread(started.wait, 5)
     second = asyncio.ensure_future(fresh.embed(["still queued"]))
     await asyncio.sleep(0)
-    worker = fresh._worker
+    worker = fresh._batches._worker
     await fresh.close()
 
     assert worker is not None and worker.done()
@@ -261,3 +261,50 @@ def test_the_environment_picks_the_model(monkeypatch: pytest.MonkeyPatch, cache_
     monkeypatch.setenv("MEMBUS_MINILM_QUANTIZE", "int4")
     with pytest.raises(ValueError, match="MEMBUS_MINILM_QUANTIZE"):
         MiniLMEmbedder()
+
+
+def test_queries_take_the_int8_graph_and_stored_texts_the_fp32_one(
+    cache_dir: Path, embedder: MiniLMEmbedder, reference: np.ndarray
+) -> None:
+    queries = embedder.encode_queries(TEXTS)
+    stored = embedder.encode(TEXTS)
+
+    assert embedder.query_variant == "int8"
+    assert embedder.model_file.name.endswith(".onnx")
+    assert not embedder.model_file.name.endswith("-int8.onnx")
+    # fp32 is sentence-transformers to 1e-3; int8 queries are near it, and not the same.
+    assert cosines(stored, reference).min() >= 0.999
+    cos = cosines(queries, reference)
+    assert cos.min() >= 0.95 and cos.mean() >= 0.985
+    assert not np.allclose(queries, stored, atol=1e-4)
+    int8 = MiniLMEmbedder(cache_dir=cache_dir, quantize=True)
+    # The same graph as the all-int8 embedder's, text by text.
+    np.testing.assert_allclose(queries, np.stack([int8.encode([t])[0] for t in TEXTS]), atol=1e-5)
+
+
+async def test_a_query_vector_does_not_depend_on_the_queries_beside_it(
+    fresh: MiniLMEmbedder,
+) -> None:
+    # int8 scales activations over a whole pass: batched with others, a query got another
+    # vector (and LoCoMo's recall swung between runs).
+    alone = [fresh.encode_queries([t])[0] for t in TEXTS]
+    together = await asyncio.gather(*(fresh.embed_queries([t]) for t in TEXTS))
+    in_one_call = fresh.encode_queries(TEXTS)
+    for one, (many,), call in zip(alone, together, in_one_call, strict=True):
+        np.testing.assert_array_equal(many, one)
+        np.testing.assert_array_equal(call, one)
+
+
+def test_queries_in_fp32_share_the_stored_graph(
+    monkeypatch: pytest.MonkeyPatch, cache_dir: Path
+) -> None:
+    monkeypatch.setenv("MEMBUS_MINILM_QUERIES", "fp32")
+    same = MiniLMEmbedder(cache_dir=cache_dir, quantize=False)
+    assert same.query_variant == ""
+    np.testing.assert_allclose(same.encode_queries(TEXTS[:4]), same.encode(TEXTS[:4]))
+    # An all-int8 embedder has one graph for both, so nothing to keep apart either.
+    monkeypatch.delenv("MEMBUS_MINILM_QUERIES")
+    assert MiniLMEmbedder(cache_dir=cache_dir, quantize=True).query_variant == ""
+    monkeypatch.setenv("MEMBUS_MINILM_QUERIES", "int4")
+    with pytest.raises(ValueError, match="MEMBUS_MINILM_QUERIES"):
+        MiniLMEmbedder(cache_dir=cache_dir, quantize=False)
