@@ -463,6 +463,34 @@ async def test_common_words_are_scored_among_the_candidates_with_the_same_scores
     await whole.close()
 
 
+async def test_a_superseded_memory_stays_out_of_a_bounded_hybrid_search(
+    in_process: InProcess, ns: str
+) -> None:
+    # The bounded text query leaves "not superseded" to the handler (and the scoring among
+    # candidates leaves it out): a superseded memory holding the rare word must still not
+    # come back, and must with `include_superseded`.
+    settings = msgspec.structs.replace(
+        in_process.deps.settings, text_read_share_max=0.5, text_read_docs_min=0
+    )
+    bounded = InProcess(in_process.nc, dataclasses.replace(in_process.deps, settings=settings))
+    bus = await MemoryBus.connect(namespace=ns, nc=bounded)  # type: ignore[arg-type]
+    mem = bus.agent(workflow_id="wf_current")
+    for i in range(6):
+        await mem.add("knowledge", f"ledger entry number {i}")
+    old = await mem.add("knowledge", "the zanzibar ledger was reconciled by Ana")
+    new = await mem.add(
+        "knowledge", "the zanzibar ledger is now reconciled by Ben", supersedes=[old.id]
+    )
+
+    for mode in ("hybrid", "text", "vector"):
+        hits = (await mem.search("zanzibar ledger", limit=10, mode=mode)).results
+        assert old.id not in {h.id for h in hits}, mode
+        assert hits[0].id == new.id, mode
+    both = (await mem.search("zanzibar ledger", limit=10, include_superseded=True)).results
+    assert {old.id, new.id} <= {h.id for h in both[:2]}
+    await bus.close()
+
+
 async def test_word_counts_are_kept_by_writes_and_start_afresh_daily(
     wf123: AgentMemory, rds: aioredis.Redis
 ) -> None:
@@ -473,4 +501,3 @@ async def test_word_counts_are_kept_by_writes_and_start_afresh_daily(
     assert counts["*"] == 2 and counts["ledger"] == 2 and counts["zanzibar"] == 2
     assert counts["pemba"] == 1 and "the" not in counts  # stopwords are not indexed
     assert 0 < await rds.ttl(key) <= 24 * 3600
-

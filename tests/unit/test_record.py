@@ -171,7 +171,14 @@ INDEX_ONLY = {"general", "tagtext", "people", "superseded", "has_people", "wsh"}
 def test_reads_ask_for_expiry_first_and_candidates_for_ranking_fields_only() -> None:
     assert RECORD_FIELDS[0] == "expires_at"
     assert set(RECORD_FIELDS) == set(new_fields(record())) - INDEX_ONLY
-    assert CANDIDATE_FIELDS == ("type", "importance", "created_at", "expires_at", "mention_count")
+    assert CANDIDATE_FIELDS == (
+        "type",
+        "importance",
+        "created_at",
+        "expires_at",
+        "mention_count",
+        "superseded_by",
+    )
 
 
 @pytest.mark.parametrize("name", [n for n in dir(scripts) if n.endswith("_LUA")])
