@@ -80,8 +80,6 @@ class Candidate(
     created_at: int
     expires_at: int
     mention_count: int = 1
-    # Set once superseded: a query that leaves "current" out (see `search`) checks it here.
-    superseded_by: str | None = None
     # Cosine distance (0..2) from the vector query; BM25 from the full-text query.
     distance: float | None = None
     text_score: float | None = None

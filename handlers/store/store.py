@@ -618,17 +618,16 @@ class Store:
         terms: list[str],
         where: FilterExpression,
         among: list[str],
+        current: bool = False,
     ) -> dict[str, float]:
         """The BM25 of each of the `among` memories (ids) that holds any of `terms`: the
         score `text` gives it, read among them alone (INKEYS), so its cost follows their
         number, not the words' memories. Only ids and scores come back (the caller has the
         candidates' fields). The query keeps `text`'s shape, filter included: the filter
-        changes RediSearch's scores even at weight 0 (a word's share doubled, measured). Not
-        so "not superseded" (no score changed without it, over 193 queries at 100k), so it
-        is left out: the callers' candidates passed it already, and it costs Redis time."""
+        changes RediSearch's scores even at weight 0 (a word's share doubled, measured)."""
 
         async def query(space: Namespace) -> Query:
-            q = _bm25(space, terms, where, False)
+            q = _bm25(space, terms, where, current)
             q = q.limit_ids(*(keys.record_key(ns, mid) for mid in among))
             return q.no_content().paging(0, len(among))
 
