@@ -83,6 +83,7 @@ from contracts.subjects import (
     TRUST_LEVELS,
     event_filter,
     is_valid_namespace,
+    nats_servers,
     request_subject,
 )
 
@@ -90,6 +91,8 @@ R = TypeVar("R", bound=msgspec.Struct)
 # How often a durable publish is sent again (same Nats-Msg-Id, so never applied twice)
 # when JetStream's acknowledgement does not come in time.
 DURABLE_ATTEMPTS = 3
+# How soon a durable publish that found no stream is sent again (within the timeout).
+NO_STREAM_RETRY_S = 0.25
 
 
 class Accepted(msgspec.Struct, frozen=True):
@@ -252,7 +255,9 @@ class MemoryBus:
         errors = _ConnectErrors()
         nats_options.setdefault("error_cb", errors.seen)
         try:
-            client = await asyncio.wait_for(nats.connect(url, **nats_options), connect_within)
+            client = await asyncio.wait_for(
+                nats.connect(nats_servers(url), **nats_options), connect_within
+            )
         except TimeoutError:
             why = f" ({errors.last})" if errors.last else ""
             raise Unavailable(
@@ -396,24 +401,34 @@ class MemoryBus:
         with sending(
             op, subject, self.namespace, SpanKind.PRODUCER, {"Nats-Msg-Id": request_id}
         ) as headers:
-            for attempt in range(DURABLE_ATTEMPTS):
+            loop = asyncio.get_running_loop()
+            # No responder is also what a cluster answers while the stream elects a new
+            # leader (a server lost): asked again until the timeout, then it is a missing
+            # stream.
+            give_up = loop.time() + self.timeout
+            attempt = 0
+            while attempt < DURABLE_ATTEMPTS:
                 try:
                     ack = await self._js.publish(
                         subject, data, timeout=self.timeout, headers=headers
                     )
                     return Accepted(request_id, ack.stream, ack.seq, bool(ack.duplicate))
                 except (NoRespondersError, NoStreamResponseError):
+                    if loop.time() < give_up:
+                        await asyncio.sleep(NO_STREAM_RETRY_S)
+                        continue
                     raise Unavailable(
                         f"No JetStream stream takes {subject}: the handlers create"
-                        f" {DURABLE_STREAM} when they start; start one (with JetStream on)"
-                        " and retry."
+                        f" {DURABLE_STREAM} when they start (on a cluster, its leader may"
+                        " still be being elected); start one (with JetStream on) and retry."
                     ) from None
                 except APIError as exc:  # e.g. the stream is full, or a subject it refuses
                     raise Unavailable(
                         f"JetStream refused the {op}: {exc.description}; retry."
                     ) from None
                 except NatsTimeoutError:
-                    if attempt == DURABLE_ATTEMPTS - 1:
+                    attempt += 1
+                    if attempt == DURABLE_ATTEMPTS:
                         raise BusTimeout(
                             f"JetStream did not acknowledge {op} within {self.timeout}s,"
                             f" three times; retry with request_id={request_id!r} (never"

@@ -86,3 +86,9 @@ def parse_request_subject(subject: str) -> tuple[str, str, str] | None:
     if len(parts) not in (3, 4) or parts[0] not in (PREFIX, DURABLE_PREFIX):
         return None
     return parts[1], parts[2], parts[3] if len(parts) == 4 else FULL_TRUST
+
+
+def nats_servers(url: str) -> list[str]:
+    """The servers of a NATS URL that may list several, comma-separated, as NATS's own clients
+    take them (`nats://a:4222,nats://b:4222`): any one of a cluster is enough to connect."""
+    return [part.strip() for part in url.split(",") if part.strip()]

@@ -111,6 +111,13 @@ class EmbeddedStack:
     external_redis_url: str | None = None
     # A nats-server configuration file (`-c`), e.g. one with per-agent users; None: open.
     nats_config: Path | None = None
+    # More than 1: a NATS cluster of this many servers ("nats", "nats-2", ...), JetStream
+    # replicated across them; `nats_url` then lists every server, comma-separated.
+    nats_nodes: int = 1
+    # The client and route ports of the cluster's servers (the first client port is
+    # `nats_port`).
+    nats_ports: list[int] = field(default_factory=list)
+    route_ports: list[int] = field(default_factory=list)
     servers: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     handlers: list[subprocess.Popen[bytes]] = field(default_factory=list)
     _logs: list[IO[bytes]] = field(default_factory=list)
@@ -125,7 +132,19 @@ class EmbeddedStack:
 
     @property
     def nats_url(self) -> str:
-        return self.external_nats_url or f"nats://127.0.0.1:{self.nats_port}"
+        if self.external_nats_url:
+            return self.external_nats_url
+        return ",".join(self.nats_urls)
+
+    @property
+    def nats_urls(self) -> list[str]:
+        """Each NATS server's own URL (one unless `nats_nodes` > 1)."""
+        ports = self.nats_ports or [self.nats_port]
+        return [f"nats://127.0.0.1:{port}" for port in ports]
+
+    @staticmethod
+    def nats_name(node: int) -> str:
+        return "nats" if node == 0 else f"nats-{node + 1}"
 
     @property
     def redis_url(self) -> str:
@@ -144,6 +163,9 @@ class EmbeddedStack:
             raise EmbeddedError("this stack uses external servers; start_servers() is not for it")
         self.nats_port = self.nats_port or free_port()
         self.redis_port = self.redis_port or free_port()
+        if self.nats_nodes > 1 and not self.nats_ports:
+            self.nats_ports = [self.nats_port, *(free_port() for _ in range(self.nats_nodes - 1))]
+            self.route_ports = [free_port() for _ in range(self.nats_nodes)]
         try:
             self.start_nats()
             self.start_redis()
@@ -152,22 +174,50 @@ class EmbeddedStack:
             raise
 
     def start_nats(self) -> subprocess.Popen[bytes]:
-        nats_dir = self.data_dir / "nats"
+        """Start the NATS server, or every server of the cluster not running; returns the
+        first."""
+        for node in range(1, self.nats_nodes):
+            proc = self.servers.get(self.nats_name(node))
+            if proc is None or proc.poll() is not None:
+                self.start_nats_node(node, wait=False)
+        return self.start_nats_node(0)
+
+    def start_nats_node(self, node: int, wait: bool = True) -> subprocess.Popen[bytes]:
+        """Start one server of the cluster (node 0 is the only one without a cluster)."""
+        name = self.nats_name(node)
+        port = self.nats_ports[node] if self.nats_ports else self.nats_port
+        nats_dir = self.data_dir / name
         nats_dir.mkdir(parents=True, exist_ok=True)
-        cmd = [nats_server_path(), "-a", "127.0.0.1", "-p", str(self.nats_port), "-js"]
+        cmd = [nats_server_path(), "-a", "127.0.0.1", "-p", str(port), "-js"]
         config = self.nats_config
         if config is None:
             # Open (no users) on loopback; JetStream fsyncs each durable write before it
             # acknowledges it (the default, every 2 minutes, can lose acknowledged writes).
-            config = self.data_dir / "nats.conf"
-            config.write_text("jetstream {\n  sync_interval: always\n}\n")
+            config = self.data_dir / f"{name}.conf"
+            config.write_text(
+                "jetstream {\n  sync_interval: always\n}\n" + self._cluster_conf(node)
+            )
         cmd += ["-c", str(config)]
         proc = subprocess.Popen(
-            [*cmd, "-sd", str(nats_dir)], stdout=self._log("nats"), stderr=subprocess.STDOUT
+            [*cmd, "-sd", str(nats_dir)], stdout=self._log(name), stderr=subprocess.STDOUT
         )
-        self.servers["nats"] = proc
-        wait_port(self.nats_port, proc, "nats-server")
+        self.servers[name] = proc
+        if wait:
+            for n in range(self.nats_nodes):
+                other = self.servers.get(self.nats_name(n))
+                if other is not None:
+                    wait_port(self.nats_ports[n] if self.nats_ports else port, other, name)
         return proc
+
+    def _cluster_conf(self, node: int) -> str:
+        if self.nats_nodes <= 1:
+            return ""
+        routes = ", ".join(f"nats://127.0.0.1:{p}" for p in self.route_ports)
+        return (
+            f"server_name: membus-{node + 1}\n"
+            "cluster {\n  name: membus\n"
+            f"  listen: 127.0.0.1:{self.route_ports[node]}\n  routes: [{routes}]\n}}\n"
+        )
 
     def start_redis(self) -> subprocess.Popen[bytes]:
         redis_dir = self.data_dir / "redis"
@@ -236,10 +286,14 @@ class EmbeddedStack:
         """Restart every child that has exited, servers first (same ports and data), and say
         what happened to each: one line naming it, its exit code and its log."""
         said = []
-        for name, what, start in (
-            ("nats", "NATS", self.start_nats),
+        servers = [
+            *(
+                (self.nats_name(n), "NATS", lambda n=n: self.start_nats_node(n))
+                for n in range(self.nats_nodes)
+            ),
             ("redis", "Redis Stack", self.start_redis),
-        ):
+        ]
+        for name, what, start in servers:
             proc = self.servers.get(name)
             if proc is not None and proc.poll() is not None:
                 said.append(
@@ -271,7 +325,7 @@ class EmbeddedStack:
     def stop(self) -> None:
         for proc in list(self.handlers):
             self.stop_handler(proc)
-        for name in ("redis", "nats"):
+        for name in list(self.servers):
             self.stop_server(name)
         for fh in self._logs:
             fh.close()
@@ -294,7 +348,9 @@ async def ping_handlers(nats_url: str, window: float = 0.3) -> set[str]:
     import msgspec
     import nats
 
-    nc = await nats.connect(nats_url, max_reconnect_attempts=0)
+    from contracts.subjects import nats_servers
+
+    nc = await nats.connect(nats_servers(nats_url), max_reconnect_attempts=0)
     try:
         inbox = nc.new_inbox()
         sub = await nc.subscribe(inbox)

@@ -53,7 +53,23 @@ BATCH = 64
 MAX_BACKOFF_S = 30.0
 
 
-def stream_config(duplicate_window_s: float) -> api.StreamConfig:
+# How long a handler keeps trying to create the stream while a new NATS cluster elects its
+# JetStream leader.
+START_WITHIN_S = 30.0
+
+
+def cluster_size(server_info: dict[str, Any]) -> int:
+    """How many NATS servers the connected one says its cluster has (its INFO's client URLs,
+    itself included; none outside a cluster)."""
+    return max(1, len(server_info.get("connect_urls") or []))
+
+
+def stream_replicas(setting: int, servers: int) -> int:
+    """The durable stream's copies: the setting, or as many as there are servers, up to 3."""
+    return setting if setting > 0 else min(3, servers)
+
+
+def stream_config(duplicate_window_s: float, replicas: int = 1) -> api.StreamConfig:
     return api.StreamConfig(
         name=DURABLE_STREAM,
         description="memory-bus durable writes (add, update, delete, capture)",
@@ -63,6 +79,8 @@ def stream_config(duplicate_window_s: float) -> api.StreamConfig:
         retention=api.RetentionPolicy.WORK_QUEUE,
         duplicate_window=duplicate_window_s,
         max_msg_size=1024 * 1024,
+        # Acknowledged once a majority of the copies stored it: a server's loss loses nothing.
+        num_replicas=replicas,
     )
 
 
@@ -126,12 +144,11 @@ class DurableWrites:
     async def start(self) -> bool:
         """Create or update the stream and the shared consumer; False when this NATS has no
         JetStream (durable writes are then off; request/reply works as ever)."""
-        config = stream_config(self.deps.settings.durable_duplicate_window_s)
+        settings = self.deps.settings
+        replicas = stream_replicas(settings.stream_replicas, cluster_size(self.nc._server_info))
+        config = stream_config(settings.durable_duplicate_window_s, replicas)
         try:
-            try:
-                await self.js.add_stream(config)
-            except BadRequestError:  # it exists with another configuration: bring it up
-                await self.js.update_stream(config)
+            await self._create_stream(config)
             try:
                 await self.js.add_consumer(DURABLE_STREAM, consumer_config())
             except BadRequestError:
@@ -144,8 +161,26 @@ class DurableWrites:
         except (ServiceUnavailableError, NotFoundError, nats.errors.NoRespondersError) as exc:
             log.warning("durable.off", reason=f"JetStream is not available: {exc!r}")
             return False
-        log.info("durable.on", stream=DURABLE_STREAM, consumer=DURABLE_CONSUMER)
+        log.info("durable.on", stream=DURABLE_STREAM, consumer=DURABLE_CONSUMER, replicas=replicas)
         return True
+
+    async def _create_stream(self, config: api.StreamConfig) -> None:
+        """Create the stream, or bring an existing one to `config` (its replicas too),
+        waiting out a new cluster's JetStream leader election."""
+        deadline = asyncio.get_running_loop().time() + START_WITHIN_S
+        while True:
+            try:
+                try:
+                    await self.js.add_stream(config)
+                except BadRequestError:  # it exists with another configuration: bring it up
+                    await self.js.update_stream(config)
+                return
+            except ServiceUnavailableError as exc:
+                # 10008: "JetStream system temporarily unavailable", a cluster still electing.
+                if exc.err_code != 10008 or asyncio.get_running_loop().time() > deadline:
+                    raise
+                log.info("durable.waiting_for_jetstream", error=exc.description)
+                await asyncio.sleep(0.5)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Pull and apply writes until `stop` is set (the batch in hand is finished)."""

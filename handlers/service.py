@@ -22,7 +22,7 @@ from redis.backoff import ExponentialBackoff
 from redisvl.extensions.cache.embeddings import EmbeddingsCache
 
 from contracts.operations import OPERATIONS
-from contracts.subjects import QUEUE_GROUP, SERVICE_NAME, endpoint_subject
+from contracts.subjects import QUEUE_GROUP, SERVICE_NAME, endpoint_subject, nats_servers
 from handlers import __version__
 from handlers.admission import Admission
 from handlers.dispatch import dispatch, error_body, shed
@@ -147,7 +147,7 @@ async def _connect_or_stop(url: str, stop: asyncio.Event) -> nats.NATS | None:
     """Connect to NATS, retrying while it is not up yet; None when asked to stop first."""
     connecting = asyncio.ensure_future(
         nats.connect(
-            url,
+            nats_servers(url),
             name=f"membus-handler-{__version__}",
             max_reconnect_attempts=-1,
             reconnect_time_wait=0.5,

@@ -91,6 +91,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     # JetStream drops a re-published durable write (same Nats-Msg-Id) within this window;
     # handlers remember applied ids for 24 h beyond it.
     durable_duplicate_window_s: Annotated[float, msgspec.Meta(ge=0.1, le=86400.0)] = 600.0
+    # Copies JetStream keeps of the durable-write stream: 0 for as many as the NATS cluster
+    # has servers, up to 3 (1 on a single server).
+    stream_replicas: Annotated[int, msgspec.Meta(ge=0, le=5)] = 0
     # A recall session's state lives this long after its last turn.
     recall_session_ttl_s: Annotated[int, msgspec.Meta(ge=1)] = 24 * 3600
     # How long a deleted memory's history stays readable.
