@@ -117,6 +117,8 @@ class EmbeddedStack:
     # The client and route ports of the cluster's servers (the first client port is
     # `nats_port`).
     nats_ports: list[int] = field(default_factory=list)
+    # The port of a replica of the Redis server, once `start_redis_replica` started one.
+    redis_replica_port: int = 0
     route_ports: list[int] = field(default_factory=list)
     servers: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     handlers: list[subprocess.Popen[bytes]] = field(default_factory=list)
@@ -220,12 +222,27 @@ class EmbeddedStack:
         )
 
     def start_redis(self) -> subprocess.Popen[bytes]:
-        redis_dir = self.data_dir / "redis"
+        return self._start_valkey("redis", self.redis_port)
+
+    def start_redis_replica(self, port: int = 0) -> subprocess.Popen[bytes]:
+        """A replica of the Redis server ("redis-replica"), on `port` (any free one by
+        default: `redis_replica_port`)."""
+        self.redis_replica_port = port or self.redis_replica_port or free_port()
+        return self._start_valkey(
+            "redis-replica",
+            self.redis_replica_port,
+            ["--replicaof", "127.0.0.1", str(self.redis_port)],
+        )
+
+    def _start_valkey(
+        self, name: str, port: int, extra: list[str] | None = None
+    ) -> subprocess.Popen[bytes]:
+        redis_dir = self.data_dir / name
         redis_dir.mkdir(parents=True, exist_ok=True)
         cmd = [
             str(valkey_server_path()),
             "--port",
-            str(self.redis_port),
+            str(port),
             "--bind",
             "127.0.0.1",
             "--dir",
@@ -239,9 +256,10 @@ class EmbeddedStack:
         ]
         for mod in redis_modules():
             cmd += ["--loadmodule", str(mod)]
-        proc = subprocess.Popen(cmd, stdout=self._log("redis"), stderr=subprocess.STDOUT)
-        self.servers["redis"] = proc
-        wait_port(self.redis_port, proc, "valkey-server (Redis Stack)")
+        cmd += extra or []
+        proc = subprocess.Popen(cmd, stdout=self._log(name), stderr=subprocess.STDOUT)
+        self.servers[name] = proc
+        wait_port(port, proc, "valkey-server (Redis Stack)")
         return proc
 
     def stop_server(self, name: str) -> None:

@@ -173,6 +173,11 @@ def memory_keys(ns: str, ids: list[str], history: bool = False) -> list[str]:
     return keys
 
 
+def replicated_key(ns: str) -> str:
+    """A marker written just before waiting for Redis's replicas (see `durable`)."""
+    return f"{ROOT}:{ns}:replicated"
+
+
 def applied_key(ns: str, request_id: str) -> str:
     """A durable write's outcome, by its request id (the Nats-Msg-Id), kept 24 h so that a
     redelivered write is applied at most once. A long id is hashed to bound the key."""
