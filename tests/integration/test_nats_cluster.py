@@ -4,13 +4,16 @@ durable writes loses no acknowledged write and applies none twice."""
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from collections.abc import AsyncIterator
+from typing import Any
 
 import msgspec
 import nats
 import nats.errors
 import pytest
+from nats.js.errors import NotFoundError, ServiceUnavailableError
 from test_durable import settled
 
 from bus import MemoryBus
@@ -58,6 +61,26 @@ async def served_by_each(nats_url: str) -> list[int]:
         await nc.close()
 
 
+async def stream_ready(bus: MemoryBus, timeout: float = 60) -> Any:
+    """The durable stream's info once the handlers created it and its replicas elected a
+    leader (a ping answers before that, on a busy machine by seconds)."""
+    js = bus.nc.jetstream()
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        try:
+            info = await js.stream_info(DURABLE_STREAM)
+            consumer = await js.consumer_info(DURABLE_STREAM, DURABLE_CONSUMER)
+            if all(
+                i.cluster is not None and i.cluster.leader and len(i.cluster.replicas or []) == 2
+                for i in (info, consumer)
+            ):
+                return info
+        except (NotFoundError, ServiceUnavailableError, nats.errors.TimeoutError):
+            pass
+        assert asyncio.get_running_loop().time() < deadline, "the stream never came up"
+        await asyncio.sleep(0.2)
+
+
 def test_replicas_follow_the_cluster_up_to_three() -> None:
     assert cluster_size({}) == 1
     assert cluster_size({"connect_urls": ["a:1", "b:1", "c:1", "d:1", "e:1"]}) == 5
@@ -86,7 +109,7 @@ async def test_a_server_killed_under_durable_writes_loses_nothing_and_applies_on
     # The client lists the two servers that stay up, as a deployment lists its cluster.
     url = ",".join(cluster.nats_urls[1:])
     async with await MemoryBus.connect(url, namespace="failover") as bus:
-        info = await bus.nc.jetstream().stream_info(DURABLE_STREAM)
+        info = await stream_ready(bus)
         assert info.config.num_replicas == 3
         assert info.cluster is not None and len(info.cluster.replicas or []) == 2
         consumer = await bus.nc.jetstream().consumer_info(DURABLE_STREAM, DURABLE_CONSUMER)
