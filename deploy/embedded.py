@@ -205,10 +205,12 @@ class EmbeddedStack:
         )
         self.servers[name] = proc
         if wait:
+            # Every server started so far, each named in its own failure message.
             for n in range(self.nats_nodes):
                 other = self.servers.get(self.nats_name(n))
                 if other is not None:
-                    wait_port(self.nats_ports[n] if self.nats_ports else port, other, name)
+                    other_port = self.nats_ports[n] if self.nats_ports else port
+                    wait_port(other_port, other, f"nats-server {self.nats_name(n)}")
         return proc
 
     def _cluster_conf(self, node: int) -> str:
