@@ -73,7 +73,7 @@ async def command_stats(client: aioredis.Redis) -> CommandStats:
 
 
 async def keyspace(client: aioredis.Redis, sample: int = 200) -> list[tuple[str, int, float]]:
-    """Where Redis's memory is, by key family (`membus:<ns>:<family>:...` -> family): (family,
+    """Where Redis's memory is, by key family (`membus:{<ns>}:<family>:...` -> family): (family,
     keys, MiB), largest first; each family's bytes from MEMORY USAGE of up to `sample` keys."""
     keys: dict[str, list[bytes]] = {}
     async for key in client.scan_iter(count=1000):

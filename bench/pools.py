@@ -34,6 +34,7 @@ from handlers.embed import HashEmbedder
 from handlers.ops.deps import Deps
 from handlers.service import make_deps, redis_client
 from handlers.settings import Settings
+from handlers.store.keys import tier_key
 
 WORDS = [
     "deploy",
@@ -143,7 +144,7 @@ async def run(args: argparse.Namespace, redis_url: str) -> None:
         for _ in range(args.big - pooled):
             await add(big)
         await deps.store.settle()
-        tier = sync.get(f"membus:tier:{big}")
+        tier = sync.get(tier_key(big))
         print(
             f"  grew to {args.big} memories in {time.perf_counter() - t0:.1f} s "
             f"(any promotion included); tier now {tier!r}"

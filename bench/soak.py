@@ -59,6 +59,7 @@ from bus import MemoryBus
 from bus.client import AgentMemory
 from bus.errors import BusError
 from deploy.embedded import EmbeddedStack, wait_for_handlers
+from handlers.store.keys import index_name
 
 NS = "soak"
 OPS = ("add", "search", "recall", "describe", "delete")
@@ -452,7 +453,7 @@ def _numbers(reply: Any, out: dict[str, float]) -> None:
 async def index_info(client: aioredis.Redis) -> dict[str, float] | None:
     """Size figures of the namespace's RediSearch index (to explain Redis growth)."""
     try:
-        reply = await client.execute_command("FT.INFO", f"membus:{NS}")
+        reply = await client.execute_command("FT.INFO", index_name(NS))
     except Exception:
         return None
     out: dict[str, float] = {}

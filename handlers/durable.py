@@ -40,7 +40,6 @@ from contracts.subjects import (
 from handlers.dispatch import count_redis_error, dispatch
 from handlers.errors import HandlerError, InvalidRequest, Unavailable
 from handlers.ops.deps import Deps, DurableWrite
-from handlers.store import keys
 
 log = structlog.get_logger("membus.durable")
 _encoder = msgspec.json.Encoder()
@@ -53,11 +52,6 @@ CLAIM_MS = 30_000
 ACK_WAIT_S = 30
 BATCH = 64
 MAX_BACKOFF_S = 30.0
-# Where the Redis primary has replicas, a durable write is acknowledged only once one of them
-# has it (else it is retried): this long to wait for that, and how often to ask how many
-# replicas there are.
-REPLICA_WAIT_MS = 1000
-REPLICAS_CHECK_S = 5.0
 
 
 # How long a handler keeps trying to create the stream while a new NATS cluster elects its
@@ -142,8 +136,6 @@ class DurableWrites:
         # When the stream was created: a write's position is (this, its stream sequence).
         self._created_us = 0
         self.applied = self.duplicates = self.rejected = self.retried = 0
-        self._replicas = 0
-        self._replicas_checked = -REPLICAS_CHECK_S
 
     def _count(self, op: str, outcome: str) -> None:
         if self.deps.metrics is not None:
@@ -281,27 +273,13 @@ class DurableWrites:
 
     async def _replicated(self, msg: Msg, ns: str, op: str) -> bool:
         """Whether a Redis replica has every write so far (True without replicas); if not,
-        the message is retried. Redis's WAIT counts only its own connection's writes, so a
-        marker is written on that connection first: replicas apply writes in order, so once
-        the marker is there, so is the write before it."""
-        client = self.deps.store.client
-        loop = asyncio.get_running_loop()
+        the message is retried (see `replicas.Replicas`)."""
         try:
-            if loop.time() - self._replicas_checked > REPLICAS_CHECK_S:
-                info = await client.info("replication")
-                self._replicas = int(info.get("connected_slaves", 0))
-                self._replicas_checked = loop.time()
-            if not self._replicas:
+            if await self.deps.store.replicas.reached(ns):
                 return True
-            pipe = client.pipeline(transaction=False)
-            pipe.set(keys.replicated_key(ns), "1", px=60_000)
-            pipe.execute_command("WAIT", 1, REPLICA_WAIT_MS)
-            _, reached = await pipe.execute()
         except (RedisError, OSError) as exc:
             await self._retry(msg, op, f"redis unreachable: {exc!r}")
             return False
-        if int(reached) >= 1:
-            return True
         await self._retry(msg, op, "no Redis replica confirmed the write in time")
         return False
 

@@ -4,6 +4,7 @@ and drain in-flight requests on SIGTERM."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import sys
 import time
@@ -12,11 +13,13 @@ from typing import TYPE_CHECKING, Any
 
 import nats
 import redis.asyncio as aioredis
+import redis.exceptions
 import structlog
 from nats.micro import add_service
 from nats.micro.request import Request as MicroRequest
 from nats.micro.service import Service
 from opentelemetry.trace import Tracer, TracerProvider
+from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redisvl.extensions.cache.embeddings import EmbeddingsCache
@@ -36,6 +39,9 @@ from handlers.micro import ErrorStats, stop_taking_requests, wants_reply
 from handlers.ops.clock import now_ms
 from handlers.ops.deps import Deps, Publish
 from handlers.settings import Settings, SettingsError, load_settings
+from handlers.store import layout
+from handlers.store.cluster import is_cluster_url
+from handlers.store.failures import as_unavailable
 from handlers.store.keys import EMBED_CACHE
 from handlers.store.store import Store
 from handlers.tracing import (
@@ -71,6 +77,65 @@ def redis_client(url: str, max_connections: int = 144) -> aioredis.Redis:
     )
     # from_pool: closing the client also closes the pool's connections.
     return aioredis.Redis.from_pool(pool)
+
+
+async def open_redis(url: str, max_connections: int = 144) -> tuple[Any, bool]:
+    """A client for the Redis at `url`, and whether its kind is known: a `RedisCluster`
+    when that server is a node of a Redis Cluster (it finds the others, and routes each
+    namespace's commands to the node of its slot: see `store.cluster`), else
+    `redis_client`. While Redis does not answer, a `redis_client`, not known to be right
+    (see `_keep_layout`)."""
+    try:
+        cluster = await is_cluster_url(url)
+    except (redis.exceptions.RedisError, OSError) as exc:
+        log.warning("redis.unreachable_at_start", error=str(exc))
+        return redis_client(url, max_connections), False
+    if not cluster:
+        return redis_client(url, max_connections), True
+    client = RedisCluster.from_url(
+        url,
+        max_connections=max_connections,
+        socket_connect_timeout=1.0,
+        socket_timeout=5.0,
+        health_check_interval=15,
+    )
+    await client.initialize()
+    log.info("redis.cluster", nodes=len(client.get_nodes()), primaries=len(client.get_primaries()))
+    return client, True
+
+
+async def _keep_layout(
+    deps: Deps, url: str, known: bool, stop: asyncio.Event, restart: asyncio.Event
+) -> None:
+    """Bring Redis to the current key layout (`layout.ensure`), retrying while Redis is
+    down; requests wait for it (`Store.layout_ready`). A handler that started before Redis
+    answered took it for a single server: if it is a cluster node, it stops (`restart`),
+    to be started again by its supervisor, and then connects as a cluster client."""
+    while not stop.is_set():
+        try:
+            if not known and await is_cluster_url(url):
+                log.error("redis.cluster_found_late", action="restarting the handler")
+                restart.set()
+                stop.set()
+                return
+            known = True
+            renamed = await layout.ensure(deps.store.client, deps.store.indexes)
+        except Exception as exc:
+            if as_unavailable(exc) is None and not isinstance(exc, OSError):
+                log.exception("layout.failed")
+            else:
+                log.warning("layout.redis_unavailable", error=str(exc))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 0.5)
+            continue
+        if renamed:
+            log.info("layout.ready", renamed=renamed)
+        deps.store.layout_ready.set()
+        return
+
+
+class RestartNeeded(Exception):
+    """The handler must be started again (by its supervisor) to serve correctly."""
 
 
 class Handler:
@@ -264,7 +329,7 @@ async def serve(
     metrics = make_metrics(settings)
     provider = tracer_provider if tracer_provider is not None else configure_tracing()
     # A connection for each running request, and some for locks and index set-up.
-    client = redis_client(settings.redis_url, settings.max_inflight + 16)
+    client, known = await open_redis(settings.redis_url, settings.max_inflight + 16)
     if provider is not None:
         instrument_redis(client, provider)
     embedder = make_embedder(settings, client, metrics)
@@ -281,7 +346,17 @@ async def serve(
             return
         tracer = handler_tracer(provider) if provider is not None else None
         deps = make_deps(settings, client, embedder, nc.publish, nc.max_payload, metrics, tracer)
-        await _serve_requests(settings, stop, nc, deps)
+        deps.store.layout_ready.clear()
+        restart = asyncio.Event()
+        keeping = asyncio.ensure_future(
+            _keep_layout(deps, settings.redis_url, known, stop, restart)
+        )
+        try:
+            await _serve_requests(settings, stop, nc, deps)
+        finally:
+            keeping.cancel()
+        if restart.is_set():
+            raise RestartNeeded("Redis turned out to be a cluster node: start the handler again")
     finally:
         await embedder.close()
         await client.aclose()
@@ -348,6 +423,7 @@ async def _serve_requests(
             await durable.close()
         await handler.drain(settings.drain_timeout_s)
         await deps.store.settle()
+        await deps.store.replicas.aclose()
         await nc.drain()
         log.info("service.stopped")
 
@@ -372,3 +448,6 @@ def main() -> None:
     except SettingsError as exc:  # found at start-up: MEMBUS_METRICS_PORT unusable
         sys.stderr.write(f"memory-bus handler: {exc}\n")
         raise SystemExit(2) from None
+    except RestartNeeded as exc:
+        sys.stderr.write(f"memory-bus handler: {exc}\n")
+        raise SystemExit(3) from None

@@ -18,15 +18,37 @@ Guard = Callable[[], contextlib.AbstractAsyncContextManager[None]]
 log = structlog.get_logger("membus.store")
 
 
+# A Redis Cluster between a node's failure and its replica's promotion, or while a slot
+# moves: the same request succeeds once the cluster has settled.
+_CLUSTER_SETTLING = (
+    redis.exceptions.ClusterDownError,
+    redis.exceptions.ClusterError,
+    redis.exceptions.TryAgainError,
+    redis.exceptions.MasterDownError,
+    redis.exceptions.SlotNotCoveredError,
+)
+
+
 def is_connection_error(exc: BaseException) -> bool:
     seen: BaseException | None = exc
     while seen is not None:
         if isinstance(seen, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError):
             return True
-        if isinstance(seen, OSError | ConnectionError):
+        if isinstance(seen, (OSError, ConnectionError, *_CLUSTER_SETTLING)):
+            return True
+        if isinstance(seen, AttributeError) and _inside_redis_py(seen):
+            # redis-py's cluster client, writing to a connection that its node's failure
+            # just tore down, trips over the writer it set to None.
             return True
         seen = seen.__cause__ or seen.__context__
     return False
+
+
+def _inside_redis_py(exc: BaseException) -> bool:
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and "/redis/" in tb.tb_frame.f_code.co_filename
 
 
 def is_missing_index(exc: BaseException) -> bool:
@@ -84,7 +106,13 @@ async def redis_errors(on_lost: Callable[[], None] | None = None) -> AsyncIterat
     """Turn 'Redis is down' into `unavailable`, so clients know a retry is safe."""
     try:
         yield
-    except (redis.exceptions.RedisError, RedisSearchError, OSError) as exc:
+    except (
+        redis.exceptions.RedisError,
+        redis.exceptions.RedisClusterException,
+        RedisSearchError,
+        OSError,
+        AttributeError,
+    ) as exc:
         lost = as_unavailable(exc)
         if lost is None:
             raise

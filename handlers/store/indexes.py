@@ -26,6 +26,7 @@ from redisvl.index import AsyncSearchIndex
 from redisvl.query.filter import FilterExpression, Num
 from redisvl.schema import IndexSchema
 
+from handlers.store.cluster import node_tag
 from handlers.store.failures import is_missing_index
 from handlers.store.keys import (
     OWN_INDEX,
@@ -34,6 +35,7 @@ from handlers.store.keys import (
     TALLIES_COMPLETE,
     index_name,
     meta_key,
+    ns_prefix,
     pool_filter,
     pool_number,
     pool_of,
@@ -59,6 +61,8 @@ class Namespace(NamedTuple):
     meta: NamespaceMeta
     # The namespace's pool number while it is pooled; None once it has its own index.
     pool: int | None = None
+    # On a Redis Cluster, the tag of the pool index's node (`cluster.node_tag`).
+    tag: str = ""
 
     @property
     def mine(self) -> FilterExpression | None:
@@ -103,8 +107,8 @@ class Indexes:
         # Caches only: every replica can rebuild them from Redis.
         self._open: dict[str, Namespace] = {}
         self._pending: dict[str, asyncio.Future[Namespace]] = {}
-        # Pool indexes by (dimension, group): `keys.pool_of`.
-        self._pools: dict[tuple[int, int], AsyncSearchIndex] = {}
+        # Pool indexes by (dimension, group) (`keys.pool_of`) and node tag.
+        self._pools: dict[tuple[int, int, str], AsyncSearchIndex] = {}
 
     async def get(self, ns: str) -> Namespace:
         """The namespace's index and meta, created on first use."""
@@ -122,7 +126,7 @@ class Indexes:
         space = self._open.pop(ns, None)
         if space is not None and space.pool is not None:
             # Its pool index may be what vanished: look again on next use.
-            self._pools.pop(pool_of(space.pool), None)
+            self._pools.pop((*pool_of(space.pool), space.tag), None)
 
     def forget_all(self) -> None:
         self._open.clear()
@@ -157,14 +161,15 @@ class Indexes:
                 opens = opens and bool(claimed)
                 tier = await self.client.get(tier_key(ns)) or first
             if text(tier) != OWN_INDEX:
-                pool = await self._pool(int(tier), meta.dimension, empty=opens)
-                space = Namespace(pool, meta, int(tier))
+                tag = node_tag(self.client, ns_prefix(ns))
+                pool = await self._pool(int(tier), meta.dimension, tag, empty=opens)
+                space = Namespace(pool, meta, int(tier), tag)
             else:
-                space = Namespace(await self._own(ns, meta.dimension), meta)
+                space = Namespace(await self.own(ns, meta.dimension), meta)
         self._open[ns] = space
         return space
 
-    async def _own(self, ns: str, dimension: int, wait_s: float = 5.0) -> AsyncSearchIndex:
+    async def own(self, ns: str, dimension: int, wait_s: float = 5.0) -> AsyncSearchIndex:
         """The namespace's own index, created if missing (it then indexes the namespace's
         existing memories in the background: wait up to `wait_s` for that).
 
@@ -175,11 +180,21 @@ class Indexes:
         )
         info = await self._info(index.name)
         if info is None:
-            async with _unless_exists():
-                await index.create(overwrite=False)
+            await self._create_index(index)
             info = await self._info(index.name)
         await self._bring_up(index, info, wait_s)
         return index
+
+    async def _create_index(self, index: AsyncSearchIndex, *options: Any) -> None:
+        """FT.CREATE for `index`'s schema, with `options` (FILTER, ...) before its fields;
+        sent as is, so that a cluster routes it by the index's name (redisvl's create()
+        sends it to a fixed node), and fine if another replica made it first."""
+        args: list[Any] = ["ON", "HASH", "PREFIX", 1, index.schema.index.prefix, *options]
+        args.append("SCHEMA")
+        for field in index.schema.redis_fields:
+            args += field.redis_args()
+        async with _unless_exists():
+            await self.client.execute_command("FT.CREATE", index.name, *args)
 
     async def _info(self, name: str) -> Any:
         """The index's raw FT.INFO, or None when there is no such index."""
@@ -190,27 +205,25 @@ class Indexes:
                 return None
             raise
 
-    async def _pool(self, number: int, dimension: int, empty: bool = False) -> AsyncSearchIndex:
-        """The pool index of the pooled namespace with this pool number, created if
-        missing. `empty`: the pool holds no memory yet, so a new index skips the scan of
-        the keyspace that FT.CREATE otherwise starts (it grows with every key in Redis, and
-        the first add waits for it); an index made again after a loss scans."""
-        index = self._pools.get(pool_of(number))
+    async def _pool(
+        self, number: int, dimension: int, tag: str, empty: bool = False
+    ) -> AsyncSearchIndex:
+        """The pool index of the pooled namespace with this pool number, on the Redis
+        node of pool tag `tag` (`cluster.node_tag`), created if missing. `empty`: the pool
+        holds no memory yet, so a new index skips the scan of the keyspace that FT.CREATE
+        otherwise starts (it grows with every key in Redis, and the first add waits for
+        it); an index made again after a loss scans."""
+        index = self._pools.get((*pool_of(number), tag))
         if index is not None:
             return index
         index = AsyncSearchIndex(
-            IndexSchema.from_dict(pool_schema_dict(number, dimension)), redis_client=self.client
+            IndexSchema.from_dict(pool_schema_dict(number, dimension, tag)),
+            redis_client=self.client,
         )
-        # redisvl has no FILTER: the FT.CREATE is sent as is.
-        args: list[Any] = ["ON", "HASH", "PREFIX", 1, index.schema.index.prefix]
-        args += ["FILTER", pool_filter(number, POOL_FIELD)]
-        args += [*(["SKIPINITIALSCAN"] if empty else []), "SCHEMA"]
-        for field in index.schema.redis_fields:
-            args += field.redis_args()
-        async with _unless_exists():
-            await self.client.execute_command("FT.CREATE", index.name, *args)
+        options = ["FILTER", pool_filter(number, POOL_FIELD)]
+        await self._create_index(index, *options, *(["SKIPINITIALSCAN"] if empty else []))
         await self._bring_up(index, await self._info(index.name))
-        self._pools[pool_of(number)] = index
+        self._pools[(*pool_of(number), tag)] = index
         return index
 
     async def promote(self, ns: str, wait_s: float = 60.0) -> bool:
@@ -227,8 +240,8 @@ class Indexes:
             if tier is None or text(tier) == OWN_INDEX:
                 return False
             meta = _meta_decoder.decode(await self.client.get(meta_key(ns)) or b"")
-            index = await self._own(ns, meta.dimension, wait_s)
-            if not await self._wait_indexed(index, 0):
+            index = await self.own(ns, meta.dimension, wait_s)
+            if not await self.wait_indexed(index, 0):
                 return False
             await self.client.set(tier_key(ns), OWN_INDEX)
             moved = 0
@@ -244,7 +257,7 @@ class Indexes:
             # scores came out at half an index's built at once. So it is built again, from
             # the memories as they now are (a reader meanwhile sets it up itself).
             await self.client.execute_command("FT.DROPINDEX", index.name)
-            await self._own(ns, meta.dimension, wait_s)
+            await self.own(ns, meta.dimension, wait_s)
         self.forget(ns)
         log.info("index.promoted", namespace=ns, index=index_name(ns), memories=moved)
         return True
@@ -253,7 +266,7 @@ class Indexes:
         """An index found or just made (`info`: its FT.INFO, None if it is gone again): up
         to the current schema, and, while it indexes existing memories, waited for."""
         if info is None or await self._add_missing_fields(index, info) or index_indexing(info):
-            await self._wait_indexed(index, wait_s)
+            await self.wait_indexed(index, wait_s)
 
     async def _add_missing_fields(self, index: AsyncSearchIndex, info: Any) -> bool:
         """Bring an index made by an older version up to the current schema (`info`: its
@@ -270,7 +283,7 @@ class Indexes:
                 added = True
         return added
 
-    async def _wait_indexed(self, index: AsyncSearchIndex, limit_s: float = 5.0) -> bool:
+    async def wait_indexed(self, index: AsyncSearchIndex, limit_s: float = 5.0) -> bool:
         """A (re-)created index scans existing keys in the background; let it finish.
         Whether it did: False when it is still scanning, or gone (a promotion builds an
         index again; the query that finds it missing sets it up anew)."""

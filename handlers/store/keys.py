@@ -1,5 +1,9 @@
 """Every Redis key the service uses, in one place. All start with `membus:`; a namespace's
-keys carry its name, so namespaces never share a key (namespace names hold no `:`)."""
+keys carry its name as their hash tag, `membus:{<ns>}:...` (namespace names hold no `:`,
+`{` or `}`), so namespaces never share a key, and on a Redis Cluster all of a namespace's
+keys live in one slot, on one node: its Lua scripts touch one slot, and its own index there
+covers all of its memories. Keys of no namespace are few and touched one at a time. The
+layout before hash tags (`membus:<ns>:...`) is migrated by `layout`."""
 
 from __future__ import annotations
 
@@ -11,8 +15,10 @@ EMBED_CACHE = f"{ROOT}:embcache"
 
 
 def index_name(ns: str) -> str:
-    """The namespace's RediSearch index."""
-    return f"{ROOT}:{ns}"
+    """The namespace's own RediSearch index. RediSearch declares an index's name as the key
+    of its FT.* commands, so a cluster sends them to the node of the name's slot: with the
+    namespace's hash tag, the node that holds its memories."""
+    return f"{ROOT}:{{{ns}}}"
 
 
 # Counts up once per pooled namespace: its pool number's sequence part (see `pool_number`).
@@ -37,11 +43,14 @@ def pool_of(number: int) -> tuple[int, int]:
     return number % _DIMENSIONS, number // _DIMENSIONS // POOL_NAMESPACES
 
 
-def pool_index_name(number: int) -> str:
+def pool_index_name(number: int, tag: str = "") -> str:
     """The index the pooled namespace with this pool number shares with up to
-    POOL_NAMESPACES - 1 others of the same vector dimension."""
+    POOL_NAMESPACES - 1 others of the same vector dimension. On a Redis Cluster each node
+    has its own, named with a hash tag of its slots (`cluster.node_tag`)."""
     dimension, group = pool_of(number)
-    return f"{ROOT}:pool:{dimension}:{group}"
+    return (
+        f"{ROOT}:{{{tag}}}:pool:{dimension}:{group}" if tag else f"{ROOT}:pool:{dimension}:{group}"
+    )
 
 
 def pool_filter(number: int, field: str) -> str:
@@ -57,10 +66,15 @@ def pool_filter(number: int, field: str) -> str:
     )
 
 
+def ns_prefix(ns: str) -> str:
+    """What every key of the namespace starts with: its hash tag."""
+    return f"{ROOT}:{{{ns}}}:"
+
+
 def tier_key(ns: str) -> str:
     """Where the namespace's memories are indexed: its `pool_number` while it is pooled, or
     `OWN_INDEX` once it has its own index (set when first used, changed once at promotion)."""
-    return f"{ROOT}:tier:{ns}"
+    return ns_prefix(ns) + "tier"
 
 
 OWN_INDEX = "own"
@@ -68,7 +82,7 @@ OWN_INDEX = "own"
 
 def record_prefix(ns: str) -> str:
     """Prefix of the namespace's memory hashes: the only keys its index covers."""
-    return f"{ROOT}:{ns}:m:"
+    return ns_prefix(ns) + "m:"
 
 
 def record_key(ns: str, memory_id: str) -> str:
@@ -82,23 +96,25 @@ def id_of(ns: str, key: str) -> str:
 
 def access_key(ns: str, memory_id: str) -> str:
     """A memory's access counters: kept out of the indexed hash, so reads never re-index it."""
-    return f"{ROOT}:{ns}:a:{memory_id}"
+    return ns_prefix(ns) + f"a:{memory_id}"
 
 
 def dedup_prefix(ns: str) -> str:
     """Prefix of the exact-dedup keys (content hash -> memory id)."""
-    return f"{ROOT}:{ns}:h:"
+    return ns_prefix(ns) + "h:"
 
 
 def dedup_key(ns: str, content_hash: str) -> str:
-    """The dedup key of a content hash, or "" (no key) for a memory outside dedup."""
-    return dedup_prefix(ns) + content_hash if content_hash else ""
+    """The dedup key of a content hash; for a memory outside dedup, the bare prefix, which
+    names no key (the scripts read a key ending in `:` as none) but is in the namespace's
+    slot: a cluster refuses a script whose keys span slots, and "" would."""
+    return dedup_prefix(ns) + content_hash
 
 
 def history_key(ns: str, memory_id: str) -> str:
     """A memory's history: a list of JSON entries, oldest first. It expires with the memory,
     and is kept for a while after a delete."""
-    return f"{ROOT}:{ns}:hist:{memory_id}"
+    return ns_prefix(ns) + f"hist:{memory_id}"
 
 
 def history_prefix(ns: str) -> str:
@@ -108,7 +124,7 @@ def history_prefix(ns: str) -> str:
 def tally_prefix(ns: str) -> str:
     """Prefix of the namespace's tallies: what `describe` reports, kept by every write
     (see `tallies`). The write scripts take it among their keys."""
-    return f"{ROOT}:{ns}:t:"
+    return ns_prefix(ns) + "t:"
 
 
 # Under the tally prefix: set once a namespace's tallies count every memory (`tallies`).
@@ -118,7 +134,7 @@ TALLIES_COMPLETE = "ready"
 def words_key(ns: str) -> str:
     """How many memories were written with each word (a hash: word -> count, and `WORDS_TOTAL`
     -> memories written): hybrid search's estimate of which words are too common to score."""
-    return f"{ROOT}:{ns}:words"
+    return ns_prefix(ns) + "words"
 
 
 # The field of `words_key` counting the memories written (a word holds a letter or digit).
@@ -128,38 +144,38 @@ WORDS_TOTAL = "*"
 def session_key(ns: str, session_id: str) -> str:
     """A session's recall state: its turn counter (`turn`) and, per memory id, the turn it
     was last recalled in. Any handler serves any turn; the key's TTL slides with each turn."""
-    return f"{ROOT}:{ns}:sess:{session_id}"
+    return ns_prefix(ns) + f"sess:{session_id}"
 
 
 def workspace_key(ns: str, name: str) -> str:
     """A workspace: a hash of its fields (each JSON). Names may hold any printable
     character; as the key's last part they need no escaping."""
-    return f"{ROOT}:{ns}:ws:{name}"
+    return ns_prefix(ns) + f"ws:{name}"
 
 
 def workspace_index(ns: str) -> str:
     """The namespace's workspace names, scored by creation time (ms)."""
-    return f"{ROOT}:{ns}:wsindex"
+    return ns_prefix(ns) + "wsindex"
 
 
 def states_key(ns: str, workspace: str) -> str:
     """A workspace's states: name -> JSON `{id, description}` of the state's memory. Never
     deleted, so a state's name stays taken forever."""
-    return f"{ROOT}:{ns}:states:{workspace}"
+    return ns_prefix(ns) + f"states:{workspace}"
 
 
 def archived_states_key(ns: str, workspace: str) -> str:
     """The names of a workspace's archived states."""
-    return f"{ROOT}:{ns}:sarchived:{workspace}"
+    return ns_prefix(ns) + f"sarchived:{workspace}"
 
 
 def lock_key(ns: str, name: str) -> str:
-    return f"{ROOT}:{ns}:lock:{name}"
+    return ns_prefix(ns) + f"lock:{name}"
 
 
 def meta_key(ns: str) -> str:
     """What the namespace's vectors are (embedder and dimension), set by its first writer."""
-    return f"{ROOT}:meta:{ns}"
+    return ns_prefix(ns) + "meta"
 
 
 def memory_keys(ns: str, ids: list[str], history: bool = False) -> list[str]:
@@ -175,7 +191,7 @@ def memory_keys(ns: str, ids: list[str], history: bool = False) -> list[str]:
 
 def replicated_key(ns: str) -> str:
     """A marker written just before waiting for Redis's replicas (see `durable`)."""
-    return f"{ROOT}:{ns}:replicated"
+    return ns_prefix(ns) + "replicated"
 
 
 def applied_key(ns: str, request_id: str) -> str:
@@ -183,4 +199,4 @@ def applied_key(ns: str, request_id: str) -> str:
     redelivered write is applied at most once. A long id is hashed to bound the key."""
     if len(request_id) > 128:
         request_id = "sha256:" + hashlib.sha256(request_id.encode()).hexdigest()
-    return f"{ROOT}:{ns}:applied:{request_id}"
+    return ns_prefix(ns) + f"applied:{request_id}"

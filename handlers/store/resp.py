@@ -89,6 +89,12 @@ def index_indexing(info: Any) -> bool:
     return bool(int(float(text(_info_map(info).get("indexing", 0)))))
 
 
+def index_prefixes(info: Any) -> list[str]:
+    """The key prefixes an index covers, from a raw FT.INFO reply."""
+    definition = _info_map(_info_map(info).get("index_definition", []))
+    return [text(p) for p in definition.get("prefixes", [])]
+
+
 def index_attributes(info: Any) -> set[str]:
     """Field names of an index, from a raw FT.INFO reply (RESP2 list or RESP3 map)."""
     attrs = _info_map(info).get("attributes", [])

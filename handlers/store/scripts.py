@@ -252,6 +252,7 @@ return out
 ADD_LUA = _script(
     """
 local dkey, rec = KEYS[1], KEYS[2]
+if string.sub(dkey, -1) == ':' then dkey = '' end
 if redis.call('EXISTS', rec) == 1 then return 1 end
 if redis.call('EXISTS', KEYS[4]) == 0 then return 2 end
 local now = tonumber(ARGV[1])
@@ -326,6 +327,8 @@ return redis.call('HMGET', KEYS[1], unpack(fields))
 UPDATE_LUA = _script(
     """
 local rec, acc, olddk, newdk, hist = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+if string.sub(olddk, -1) == ':' then olddk = '' end
+if string.sub(newdk, -1) == ':' then newdk = '' end
 local now = tonumber(ARGV[1])
 local f = redis.call('HMGET', rec, '$id', '$expires_at')
 if not f[1] or tonumber(f[2]) <= now then return false end
@@ -333,7 +336,7 @@ local pairs = {}
 for j = 4, #ARGV do pairs[#pairs + 1] = ARGV[j] end
 if #pairs > 0 then redis.call('HSET', rec, unpack(pairs)) end
 if olddk ~= newdk and newdk ~= '' then
-  if redis.call('GET', olddk) == f[1] then redis.call('DEL', olddk) end
+  if olddk ~= '' and redis.call('GET', olddk) == f[1] then redis.call('DEL', olddk) end
   redis.call('SET', newdk, f[1], 'NX')
 end
 redis.call('RPUSH', hist, ARGV[3])
@@ -473,9 +476,9 @@ return id
 
 # Write an exported memory back as it was (`import`), unless its id exists: then nothing
 # changes, so an import run twice is the same as once. KEYS: record, access, history, dedup
-# key ('' for none), the namespace's tally prefix, its tier. ARGV: expiry (ms, '0' permanent),
-# access count, last access (ms or ''), the history entry (written only into an empty
-# history), then the record's field/value pairs. The dedup key is set only where no other
+# key (ending in ':' for none), the namespace's tally prefix, its tier. ARGV: expiry (ms,
+# '0' permanent), access count, last access (ms or ''), the history entry (written only into
+# an empty history), then the record's field/value pairs. The dedup key is set only where no other
 # memory holds it. Returns 1 when written, 0 when the id exists, 2 (nothing written) when the
 # namespace has no tier (see ADD_LUA).
 IMPORT_LUA = _script(
@@ -495,7 +498,7 @@ if tonumber(ARGV[2]) > 0 or ARGV[3] ~= '' then
 end
 if redis.call('EXISTS', KEYS[3]) == 0 then redis.call('RPUSH', KEYS[3], ARGV[4]) end
 follow(KEYS[3], KEYS[1])
-if KEYS[4] ~= '' and redis.call('EXISTS', KEYS[4]) == 0 then
+if string.sub(KEYS[4], -1) ~= ':' and redis.call('EXISTS', KEYS[4]) == 0 then
   redis.call('SET', KEYS[4], redis.call('HGET', KEYS[1], '$id'))
   if ARGV[1] ~= '0' then redis.call('PEXPIREAT', KEYS[4], ARGV[1]) end
 end

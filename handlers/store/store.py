@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any, Generic, NamedTuple, TypeVar
 
 import msgspec
@@ -26,11 +26,14 @@ from redisvl.exceptions import RedisSearchError
 from redisvl.query import CountQuery, FilterQuery, VectorQuery
 from redisvl.query.filter import FilterExpression
 
+from handlers.errors import Unavailable
 from handlers.store import keys
 from handlers.store.claims import Claims
+from handlers.store.cluster import node_tag
 from handlers.store.failures import is_connection_error, is_missing_index, redis_errors
 from handlers.store.filters import ReadScope, Scoped, read_filter, text_match, written_words
 from handlers.store.indexes import Indexes, Namespace
+from handlers.store.layout import MIGRATING
 from handlers.store.lock import Locks
 from handlers.store.policy import HybridPolicy
 from handlers.store.record import (
@@ -50,6 +53,7 @@ from handlers.store.record import (
     storage_fields,
     supersede_fields,
 )
+from handlers.store.replicas import Replicas
 from handlers.store.resp import Found, parse_row, parse_search, text
 from handlers.store.schema import VECTOR_FIELD, NamespaceMeta, new_hash
 from handlers.store.scripts import (
@@ -75,6 +79,8 @@ T = TypeVar("T")
 # it counts them.
 POOL_MAX = 100
 POOL_CHECK_EVERY = 32
+# How long a request waits for the handler to make sure of the key layout (`layout`).
+LAYOUT_WAIT_S = 2.0
 _UNSET = 2  # what ADD_LUA returns for a namespace that Redis lost
 S = TypeVar("S", Summary, Record, Mentions)
 
@@ -166,6 +172,8 @@ class Store:
         self.sessions = Sessions(client, self._guard)
         # Which durable writes were applied (claimed by one handler at a time).
         self.claims = Claims(client, self._guard)
+        # Where Redis has replicas, durable writes wait for one (see `durable`).
+        self.replicas = Replicas(client)
         # New memories written into each pooled namespace since its size was last checked.
         self._pooled_adds: dict[str, int] = {}
         self._policy = HybridPolicy()
@@ -182,6 +190,10 @@ class Store:
         # What `describe` reports, kept by the writes.
         self.tallies = Tallies(client, self._guard)
         self._rebuilding: set[str] = set()
+        # Set once Redis is known to be in the current key layout: a handler's start-up
+        # clears it until `layout.ensure` has run (a Store made elsewhere starts set).
+        self.layout_ready = asyncio.Event()
+        self.layout_ready.set()
 
     async def write_with_setup(
         self, ns: str, write: Callable[[], Awaitable[T]], unset: object
@@ -206,7 +218,24 @@ class Store:
     def _guard(self) -> contextlib.AbstractAsyncContextManager[None]:
         # A Redis that comes back may have lost its indexes (a restart without persistence),
         # so after a lost connection every namespace is checked again on next use.
-        return redis_errors(self._lost)
+        if self.layout_ready.is_set() or MIGRATING.get():
+            return redis_errors(self._lost)
+        return self._after_layout()
+
+    @contextlib.asynccontextmanager
+    async def _after_layout(self) -> AsyncIterator[None]:
+        """Redis is not yet known to be in the current key layout (`layout`): wait a little
+        for the handler's start-up to make sure of it, else answer `unavailable`."""
+        try:
+            async with asyncio.timeout(LAYOUT_WAIT_S):
+                await self.layout_ready.wait()
+        except TimeoutError:
+            raise Unavailable(
+                "The memory store is not ready: Redis is down, or its keys are being brought"
+                " to this version's layout (the handler logs say which); retry shortly."
+            ) from None
+        async with redis_errors(self._lost):
+            yield
 
     def _lost(self) -> None:
         self.indexes.forget_all()
@@ -748,7 +777,7 @@ class Store:
         under us (dropped or flushed), set it up again and retry; likewise when the
         namespace was promoted out of its pool (or lost) while it ran: its tier, read after
         the query, is then no longer its pool number, and the query may have missed memories
-        that had left the pool."""
+        that had left the pool (likewise when its slot moved to another cluster node)."""
         space = await self.indexes.get(ns)
         for attempt in range(3):
             async with self._guard():
@@ -761,7 +790,10 @@ class Store:
                     if space.pool is None:
                         return out
                     tier = await self.client.get(keys.tier_key(ns))
-                    if tier is not None and text(tier) == str(space.pool):
+                    # On a cluster, the namespace's slot may also have moved to another
+                    # node, whose pool index has its memories now.
+                    moved = space.tag != node_tag(self.client, keys.ns_prefix(ns))
+                    if tier is not None and text(tier) == str(space.pool) and not moved:
                         return out
             self.indexes.forget(ns)
             space = await self.indexes.get(ns)

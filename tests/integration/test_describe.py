@@ -16,6 +16,7 @@ from inprocess import InProcess
 
 from bus import AgentMemory, MemoryBus
 from bus.errors import NotFound
+from handlers.store import keys
 from handlers.store.filters import ReadScope, Scoped, read_filter
 from handlers.store.keys import TALLIES_COMPLETE, tally_prefix
 from handlers.store.record import Record
@@ -240,7 +241,7 @@ async def test_a_namespace_without_counts_is_aggregated_then_counted_once(
     # As a namespace written by a version without counts (and from before metas were kept),
     # met by a handler that starts: no tally keys, no meta, an index.
     await rds.delete(*[key async for key in rds.scan_iter(match=f"{tally_prefix(ns)}*")])
-    await rds.delete(f"membus:meta:{ns}")
+    await rds.delete(keys.meta_key(ns))
     in_process.deps.store.indexes.forget(ns)
     await wf123.delete([gone.id])
 
@@ -323,7 +324,7 @@ async def test_recounting_uncounts_a_memory_deleted_without_counting(
     gone = await wf123.add("knowledge", "beta", tags=["blue"])
     # As an older handler deletes, beside newer ones: the record goes, its counts stay. The
     # operator then has the namespace counted again (docs/operations.md).
-    await rds.delete(f"membus:{ns}:m:{gone.id}")
+    await rds.delete(keys.record_key(ns, gone.id))
     assert (await wf123.describe()).total == 2
     await rds.delete(tally_prefix(ns) + TALLIES_COMPLETE)
 

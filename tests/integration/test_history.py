@@ -8,6 +8,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from bus import AgentMemory, MemoryBus, NotFound
+from handlers.store import keys
 
 
 @pytest.fixture
@@ -137,13 +138,13 @@ async def test_history_expires_with_its_memory_and_outlives_a_delete(
     brief = await planner.add("context", "expires soon", ttl_s=600)
     kept = await planner.add("knowledge", "permanent")
 
-    assert await rds.pexpiretime(f"membus:{ns}:hist:{brief.id}") == await rds.pexpiretime(
-        f"membus:{ns}:m:{brief.id}"
+    assert await rds.pexpiretime(keys.history_key(ns, brief.id)) == await rds.pexpiretime(
+        keys.record_key(ns, brief.id)
     )
-    assert await rds.pexpiretime(f"membus:{ns}:hist:{kept.id}") == -1
+    assert await rds.pexpiretime(keys.history_key(ns, kept.id)) == -1
 
     await planner.delete([kept.id])
 
-    ttl_s = await rds.ttl(f"membus:{ns}:hist:{kept.id}")
+    ttl_s = await rds.ttl(keys.history_key(ns, kept.id))
     assert 30 * 86400 - 60 < ttl_s <= 30 * 86400
     assert [e.event for e in (await planner.history(kept.id)).entries] == ["added", "deleted"]

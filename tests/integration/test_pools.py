@@ -27,6 +27,7 @@ from contracts import (
 from handlers import ops as operations
 from handlers.embed import HashEmbedder
 from handlers.ops.deps import Deps
+from handlers.store import keys
 from handlers.store.keys import (
     OWN_INDEX,
     POOL_NAMESPACES,
@@ -154,7 +155,7 @@ async def test_a_namespace_that_outgrows_the_pool_gets_its_own_index(in_process)
     assert after["describe"][0] == 10 and before["describe"][0] == 9
     # New memories go to the namespace's own index only.
     late = await _add(deps, ns, "shared words note 10", workflow_id="wf-1")
-    assert not await deps.store.client.hexists(f"membus:{ns}:m:{late}", POOL_FIELD)
+    assert not await deps.store.client.hexists(keys.record_key(ns, late), POOL_FIELD)
     listed = await operations.list_(ns, ListRequest(limit=100), deps)
     assert listed.total == 11
 
@@ -162,8 +163,8 @@ async def test_a_namespace_that_outgrows_the_pool_gets_its_own_index(in_process)
 async def _in_pool_after_promotion(deps: Deps, ns: str) -> int:
     """Memories of the namespace still carrying a pool number (the pool indexes them)."""
     client = deps.store.client
-    keys = [k async for k in client.scan_iter(match=f"membus:{ns}:m:*")]
-    return sum([await client.hexists(k, POOL_FIELD) for k in keys])
+    found = [k async for k in client.scan_iter(match=keys.record_prefix(ns) + "*")]
+    return sum([await client.hexists(k, POOL_FIELD) for k in found])
 
 
 async def test_a_handler_that_missed_the_promotion_reads_and_writes_the_right_index(
@@ -185,7 +186,7 @@ async def test_a_handler_that_missed_the_promotion_reads_and_writes_the_right_in
     assert listed.total == 4
     # Its writes read the tier in the write script itself.
     late = await _add(stale, ns, "written by the stale handler")
-    assert not await stale.store.client.hexists(f"membus:{ns}:m:{late}", POOL_FIELD)
+    assert not await stale.store.client.hexists(keys.record_key(ns, late), POOL_FIELD)
     listed = await operations.list_(ns, ListRequest(limit=50), promoter)
     assert listed.total == 5
 
@@ -220,7 +221,7 @@ async def test_pool_max_zero_gives_every_namespace_its_own_index(in_process) -> 
     mid = await _add(deps, ns, "on its own from the start")
 
     assert await _tier(deps, ns) == OWN_INDEX
-    assert not await deps.store.client.hexists(f"membus:{ns}:m:{mid}", POOL_FIELD)
+    assert not await deps.store.client.hexists(keys.record_key(ns, mid), POOL_FIELD)
     hits = await operations.search(ns, SearchRequest(query="on its own"), deps)
     assert [h.id for h in hits.results] == [mid]
 
@@ -236,7 +237,7 @@ async def test_a_namespace_from_before_pools_keeps_its_own_index(in_process) -> 
 
     assert [h.id for h in hits.results] == [mid]
     assert await _tier(new, ns) == OWN_INDEX
-    assert not await new.store.client.hexists(f"membus:{ns}:m:{later}", POOL_FIELD)
+    assert not await new.store.client.hexists(keys.record_key(ns, later), POOL_FIELD)
     listed = await operations.list_(ns, ListRequest(limit=10), new)
     assert listed.total == 2
 
@@ -245,7 +246,7 @@ async def test_a_namespace_redis_lost_is_set_up_again_by_its_next_write(in_proce
     deps, ns = _deps(in_process), _ns()
     await _add(deps, ns, "before the loss")
     # Redis lost the namespace's set-up (not its memories): the handler still has it cached.
-    await deps.store.client.delete(tier_key(ns), f"membus:meta:{ns}")
+    await deps.store.client.delete(tier_key(ns), keys.meta_key(ns))
 
     mid = await _add(deps, ns, "after the loss")
 

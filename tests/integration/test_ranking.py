@@ -17,6 +17,7 @@ from contracts import AddRequest, SearchRequest
 from handlers import ops as operations
 from handlers.embed import HashEmbedder
 from handlers.ops.ranking import DAY_MS
+from handlers.store import keys
 from handlers.store.resp import index_attributes
 from handlers.store.schema import schema_dict
 
@@ -108,7 +109,7 @@ async def test_an_index_from_an_older_schema_gains_the_missing_fields(
     legacy = AsyncSearchIndex(IndexSchema.from_dict(old), redis_client=client)
     await legacy.create()
     await client.hset(
-        f"membus:{ns}:m:01LEGACY",
+        keys.record_key(ns, "01LEGACY"),
         mapping={
             "id": "01LEGACY",
             "type": "knowledge",
@@ -127,5 +128,5 @@ async def test_an_index_from_an_older_schema_gains_the_missing_fields(
     reply = await operations.search(ns, SearchRequest(query="vintage", mode="text"), deps)
 
     assert [r.id for r in reply.results] == ["01LEGACY"]
-    info = await client.execute_command("FT.INFO", f"membus:{ns}")
+    info = await client.execute_command("FT.INFO", keys.index_name(ns))
     assert {"tagtext", "mention_count"} <= index_attributes(info)

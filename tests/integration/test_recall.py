@@ -11,6 +11,7 @@ import redis.asyncio as aioredis
 
 from bus import AgentMemory, InvalidRequest, MemoryBus
 from contracts import limits
+from handlers.store import keys
 
 
 @pytest.fixture
@@ -166,7 +167,7 @@ async def test_the_session_state_lives_in_redis_with_a_sliding_ttl(
     [only] = await _facts(agent, 1)
     await agent.recall("kayak")
 
-    key = f"membus:{ns}:sess:sess-1"
+    key = keys.session_key(ns, "sess-1")
     state = await rds.hgetall(key)
     assert set(state) == {b"turn", only.encode()}
     assert state[b"turn"] == b"1"
@@ -181,7 +182,7 @@ async def test_a_session_written_with_vectors_by_an_older_version_goes_on(
     a = await agent.add("knowledge", "the kayak trip starts at dawn", dedup="none")
     b = await agent.add("knowledge", "the kayak trip starts at dawn!", dedup="none")
     # An older version kept `turn|<384 int8>` per memory given.
-    key = f"membus:{ns}:sess:sess-1"
+    key = keys.session_key(ns, "sess-1")
     await rds.hset(key, mapping={"turn": 1, a.id: b"1|" + bytes(384)})
 
     reply = await agent.recall("kayak trip dawn", recent_s=0)

@@ -13,6 +13,7 @@ import redis.asyncio as aioredis
 from inprocess import InProcess
 
 from bus import AgentMemory, InvalidRequest, MemoryBus, NotFound
+from handlers.store import keys
 
 DIM = 384
 
@@ -33,7 +34,7 @@ async def test_update_content_re_embeds_and_keeps_created_at_and_ttl(
 ) -> None:
     added = await wf123.add("context", "walrus habitat notes", ttl_s=600)
     before = (await wf123.get([added.id])).memories[0]
-    ttl_before = await rds.pexpiretime(f"membus:{ns}:m:{added.id}")
+    ttl_before = await rds.pexpiretime(keys.record_key(ns, added.id))
 
     reply = await wf123.update(added.id, content="penguin colony census")
 
@@ -43,7 +44,7 @@ async def test_update_content_re_embeds_and_keeps_created_at_and_ttl(
     assert after.updated_at > before.updated_at
     assert reply.updated_at == after.updated_at
     assert after.expires_at == before.expires_at == reply.expires_at
-    assert await rds.pexpiretime(f"membus:{ns}:m:{added.id}") == ttl_before
+    assert await rds.pexpiretime(keys.record_key(ns, added.id)) == ttl_before
     found = await wf123.search("penguin colony", mode="vector", limit=1)
     assert found.results[0].id == added.id
     assert found.results[0].similarity > 0.5
@@ -56,20 +57,20 @@ async def test_update_ttl_reapplies_expiry_to_every_key(
 ) -> None:
     added = await wf123.add("knowledge", "renewable fact")
     await wf123.get([added.id])  # creates the access key
-    dedup_keys = [k async for k in rds.scan_iter(f"membus:{ns}:h:*")]
+    dedup_keys = [k async for k in rds.scan_iter(keys.dedup_prefix(ns) + "*")]
     assert len(dedup_keys) == 1
 
     reply = await wf123.update(added.id, ttl_s=120)
 
     assert reply.expires_at is not None
     expected = int(reply.expires_at.timestamp() * 1000)
-    for key in (f"membus:{ns}:m:{added.id}", f"membus:{ns}:a:{added.id}", dedup_keys[0]):
+    for key in (keys.record_key(ns, added.id), keys.access_key(ns, added.id), dedup_keys[0]):
         assert await rds.pexpiretime(key) == expected
 
     permanent = await wf123.update(added.id, ttl_s=0)
 
     assert permanent.expires_at is None
-    for key in (f"membus:{ns}:m:{added.id}", f"membus:{ns}:a:{added.id}", dedup_keys[0]):
+    for key in (keys.record_key(ns, added.id), keys.access_key(ns, added.id), dedup_keys[0]):
         assert await rds.pexpiretime(key) == -1
     assert (await wf123.get([added.id])).memories[0].expires_at is None
 
@@ -496,7 +497,7 @@ async def test_word_counts_are_kept_by_writes_and_start_afresh_daily(
 ) -> None:
     await wf123.add("knowledge", "The Zanzibar ledger was reconciled on Friday")
     await wf123.add("knowledge", "The ledger of Pemba too", tags=["zanzibar"])
-    key = f"membus:{wf123.bus.namespace}:words"
+    key = keys.words_key(wf123.bus.namespace)
     counts = {k.decode(): int(v) for k, v in (await rds.hgetall(key)).items()}
     assert counts["*"] == 2 and counts["ledger"] == 2 and counts["zanzibar"] == 2
     assert counts["pemba"] == 1 and "the" not in counts  # stopwords are not indexed
