@@ -233,16 +233,58 @@ def test_pdb_and_hpa_point_at_the_handler_deployment() -> None:
     assert pdb["spec"].get("maxUnavailable", 0) < hpa["spec"]["minReplicas"]
 
 
-def test_redis_network_policy_admits_the_handlers_on_the_redis_port() -> None:
-    (policy,) = by_kind("NetworkPolicy")
-    redis = one("StatefulSet", "membus-redis")
+@pytest.mark.parametrize("name", ["membus-redis", "membus-redis-cluster"])
+def test_redis_network_policy_admits_the_handlers_on_the_redis_port(name: str) -> None:
+    policy = one("NetworkPolicy", name)
+    redis = one("StatefulSet", name)
     handler = one("Deployment", HANDLER)
     assert matches(policy["spec"]["podSelector"]["matchLabels"], pod_labels(redis))
-    (rule,) = policy["spec"]["ingress"]
-    (source,) = rule["from"]
-    assert matches(source["podSelector"]["matchLabels"], pod_labels(handler))
+    rule = policy["spec"]["ingress"][0]
+    assert any(
+        matches(src["podSelector"]["matchLabels"], pod_labels(handler)) for src in rule["from"]
+    )
     redis_ports = {p["containerPort"] for c in containers(redis) for p in c["ports"]}
-    assert {p["port"] for p in rule["ports"]} <= redis_ports
+    assert {p["port"] for p in rule["ports"]} == {6379} <= redis_ports
+
+
+def test_redis_cluster_nodes_reach_each_other_and_the_job_reaches_them() -> None:
+    """The cluster bus (port + 10,000) between the nodes, and the Job that creates the
+    cluster: a node with only the handlers admitted would never join the others."""
+    policy = one("NetworkPolicy", "membus-redis-cluster")
+    nodes = one("StatefulSet", "membus-redis-cluster")
+    job = one("Job", "membus-redis-cluster-create")
+    job_labels = job["spec"]["template"]["metadata"]["labels"]
+    admitted: dict[int, list[dict[str, str]]] = {}
+    for rule in policy["spec"]["ingress"]:
+        for port in rule["ports"]:
+            admitted.setdefault(port["port"], []).extend(
+                src["podSelector"]["matchLabels"] for src in rule["from"]
+            )
+    assert any(matches(sel, pod_labels(nodes)) for sel in admitted[16379])
+    assert any(matches(sel, pod_labels(nodes)) for sel in admitted[6379])
+    assert any(matches(sel, job_labels) for sel in admitted[6379])
+    (node,) = containers(nodes)
+    args = env_of(node)["REDIS_ARGS"]["value"]
+    assert "--cluster-enabled yes" in args and "--masterauth $(REDIS_PASSWORD)" in args
+    assert nodes["spec"]["replicas"] == 6
+    assert "--cluster-replicas 1" in job["spec"]["template"]["spec"]["containers"][0]["command"][2]
+
+
+def test_the_cluster_overlay_points_the_handlers_at_the_cluster() -> None:
+    kust = yaml.safe_load((K8S / "redis-cluster" / "kustomization.yaml").read_text("utf-8"))
+    (patch,) = [p for p in kust["patches"] if p["target"]["kind"] == "Deployment"]
+    (op,) = yaml.safe_load(patch["patch"])
+    env = list(env_of(handler_container()))
+    # The JSON patch replaces the base's MEMBUS_REDIS_URL by its position.
+    assert op["path"] == f"/spec/template/spec/containers/0/env/{env.index('MEMBUS_REDIS_URL')}"
+    assert op["value"]["name"] == "MEMBUS_REDIS_URL"
+    assert "@membus-redis-cluster:6379/" in op["value"]["value"]
+    deleted = {(p["target"]["kind"], p["target"]["name"]) for p in kust["patches"][:3]}
+    assert deleted == {
+        ("StatefulSet", "membus-redis"),
+        ("Service", "membus-redis"),
+        ("NetworkPolicy", "membus-redis"),
+    }
 
 
 # --- the handler ---------------------------------------------------------------------------
