@@ -19,7 +19,6 @@ from nats.micro import add_service
 from nats.micro.request import Request as MicroRequest
 from nats.micro.service import Service
 from opentelemetry.trace import Tracer, TracerProvider
-from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redisvl.extensions.cache.embeddings import EmbeddingsCache
@@ -40,7 +39,7 @@ from handlers.ops.clock import now_ms
 from handlers.ops.deps import Deps, Publish
 from handlers.settings import Settings, SettingsError, load_settings
 from handlers.store import layout
-from handlers.store.cluster import is_cluster_url
+from handlers.store.cluster import Cluster, is_cluster_url
 from handlers.store.failures import as_unavailable
 from handlers.store.keys import EMBED_CACHE
 from handlers.store.store import Store
@@ -92,12 +91,14 @@ async def open_redis(url: str, max_connections: int = 144) -> tuple[Any, bool]:
         return redis_client(url, max_connections), False
     if not cluster:
         return redis_client(url, max_connections), True
-    client = RedisCluster.from_url(
+    client = Cluster.from_url(
         url,
+        # RESP2, as `redis_client`: the cluster client would otherwise speak RESP3, whose
+        # FT.SEARCH replies the store does not read the same way.
+        protocol=2,
         max_connections=max_connections,
         socket_connect_timeout=1.0,
         socket_timeout=5.0,
-        health_check_interval=15,
     )
     await client.initialize()
     log.info("redis.cluster", nodes=len(client.get_nodes()), primaries=len(client.get_primaries()))

@@ -3,12 +3,13 @@
 Every key of a namespace carries its hash tag (`keys.ns_prefix`), so redis-py's
 `RedisCluster` sends each of its commands and Lua scripts to the node of its slot, and
 follows MOVED and ASK while slots move. RediSearch declares an index's name as the key of
-its FT.* commands, so an FT.* command goes to the node of the name's slot:
-- a namespace's own index is named with its tag (`keys.index_name`): the node that holds
+its FT.* commands, so an FT.* command goes to the node of the name's slot; and it reads a
+document's fields only when the document's key is in that same slot (a field of another
+slot's key comes back empty, even on one node). So on a cluster:
+- a namespace's own index is named with its tag (`keys.index_name`): the node and slot of
   its memories;
-- a pool index covers the pooled namespaces of one node, so its name carries a tag whose
-  slot that node owns (`node_tag`): each node has its own copy of a pool, over the pooled
-  namespaces it holds.
+- there are no pools (`Indexes.pool_max` is 0): a pool's namespaces each have a slot of
+  their own. Every namespace has its own index there.
 Without a coordinator (RediSearch 2.10) an index covers the keys of its node only; when a
 slot moves, the index is missing on its new node, and the query that finds it missing
 makes it there (it then indexes the memories that arrived). Redis 8's coordinator creates
@@ -20,28 +21,27 @@ from typing import Any
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
-from redis.crc import key_slot
 
-# Tags tried, in order, for a node's pool indexes (`node_tag`): enough that every node of
-# a cluster owns the slot of one of them.
-_TAGS = 4096
+from handlers.store import keys
 
 
 def is_cluster(client: Any) -> bool:
     return isinstance(client, RedisCluster)
 
 
-def node_tag(client: Any, key: str) -> str:
-    """The hash tag of the pool indexes on the node that owns `key`'s slot: the first of
-    `p0`, `p1`, ... whose slot that node owns ("" on a single server: no tag)."""
-    if not is_cluster(client):
-        return ""
-    node = client.get_node_from_key(key)
-    for i in range(_TAGS):
-        tag = f"p{i}"
-        if client.get_node_from_key(tag) is node:
-            return tag
-    raise RuntimeError(f"no pool tag maps to the Redis node {node.name}")
+class Cluster(RedisCluster):
+    """redis-py's cluster client, with one fix: a command whose new connection was torn
+    down under it while connecting (redis-py 8.1 raises AttributeError on the writer it
+    set to None, now and then under concurrent requests) is sent once more. It was never
+    written, so sending it again cannot apply it twice."""
+
+    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await super().execute_command(*args, **kwargs)
+        except AttributeError as exc:
+            if "writelines" not in str(exc):
+                raise
+            return await super().execute_command(*args, **kwargs)
 
 
 async def is_cluster_url(url: str) -> bool:
@@ -54,5 +54,12 @@ async def is_cluster_url(url: str) -> bool:
     return bool(int(info.get("cluster_enabled", 0)))
 
 
-def slot_of(key: str) -> int:
-    return int(key_slot(key.encode()))
+async def scan(client: Any, ns: str, cursor: int, match: str, count: int) -> tuple[int, list[Any]]:
+    """One SCAN step over the namespace's keys: on a cluster, on the node of its slot (a
+    cluster client's SCAN would walk every node, with a cursor per node)."""
+    if not is_cluster(client):
+        found_cursor, found = await client.scan(cursor, match=match, count=count)
+        return int(found_cursor), found
+    node = client.get_node_from_key(keys.ns_prefix(ns))
+    cursors, found = await client.scan(cursor, match=match, count=count, target_nodes=node)
+    return int(next(iter(cursors.values()))), found

@@ -26,7 +26,7 @@ from redisvl.index import AsyncSearchIndex
 from redisvl.query.filter import FilterExpression, Num
 from redisvl.schema import IndexSchema
 
-from handlers.store.cluster import node_tag
+from handlers.store.cluster import is_cluster
 from handlers.store.failures import is_missing_index
 from handlers.store.keys import (
     OWN_INDEX,
@@ -35,7 +35,6 @@ from handlers.store.keys import (
     TALLIES_COMPLETE,
     index_name,
     meta_key,
-    ns_prefix,
     pool_filter,
     pool_number,
     pool_of,
@@ -61,8 +60,6 @@ class Namespace(NamedTuple):
     meta: NamespaceMeta
     # The namespace's pool number while it is pooled; None once it has its own index.
     pool: int | None = None
-    # On a Redis Cluster, the tag of the pool index's node (`cluster.node_tag`).
-    tag: str = ""
 
     @property
     def mine(self) -> FilterExpression | None:
@@ -103,12 +100,15 @@ class Indexes:
         self.mine = mine
         self._guard = guard
         # A new namespace is pooled until it holds this many memories (0: never pooled).
-        self.pool_max = pool_max
+        # Not on a Redis Cluster: RediSearch reads a document's fields only when its key
+        # is in the slot of the index's name, and a pool's namespaces have slots of their
+        # own, so each namespace there has its own index (see `cluster`).
+        self.pool_max = 0 if is_cluster(client) else pool_max
         # Caches only: every replica can rebuild them from Redis.
         self._open: dict[str, Namespace] = {}
         self._pending: dict[str, asyncio.Future[Namespace]] = {}
-        # Pool indexes by (dimension, group) (`keys.pool_of`) and node tag.
-        self._pools: dict[tuple[int, int, str], AsyncSearchIndex] = {}
+        # Pool indexes by (dimension, group): `keys.pool_of`.
+        self._pools: dict[tuple[int, int], AsyncSearchIndex] = {}
 
     async def get(self, ns: str) -> Namespace:
         """The namespace's index and meta, created on first use."""
@@ -126,7 +126,7 @@ class Indexes:
         space = self._open.pop(ns, None)
         if space is not None and space.pool is not None:
             # Its pool index may be what vanished: look again on next use.
-            self._pools.pop((*pool_of(space.pool), space.tag), None)
+            self._pools.pop(pool_of(space.pool), None)
 
     def forget_all(self) -> None:
         self._open.clear()
@@ -161,9 +161,8 @@ class Indexes:
                 opens = opens and bool(claimed)
                 tier = await self.client.get(tier_key(ns)) or first
             if text(tier) != OWN_INDEX:
-                tag = node_tag(self.client, ns_prefix(ns))
-                pool = await self._pool(int(tier), meta.dimension, tag, empty=opens)
-                space = Namespace(pool, meta, int(tier), tag)
+                pool = await self._pool(int(tier), meta.dimension, empty=opens)
+                space = Namespace(pool, meta, int(tier))
             else:
                 space = Namespace(await self.own(ns, meta.dimension), meta)
         self._open[ns] = space
@@ -205,25 +204,21 @@ class Indexes:
                 return None
             raise
 
-    async def _pool(
-        self, number: int, dimension: int, tag: str, empty: bool = False
-    ) -> AsyncSearchIndex:
-        """The pool index of the pooled namespace with this pool number, on the Redis
-        node of pool tag `tag` (`cluster.node_tag`), created if missing. `empty`: the pool
-        holds no memory yet, so a new index skips the scan of the keyspace that FT.CREATE
-        otherwise starts (it grows with every key in Redis, and the first add waits for
-        it); an index made again after a loss scans."""
-        index = self._pools.get((*pool_of(number), tag))
+    async def _pool(self, number: int, dimension: int, empty: bool = False) -> AsyncSearchIndex:
+        """The pool index of the pooled namespace with this pool number, created if
+        missing. `empty`: the pool holds no memory yet, so a new index skips the scan of
+        the keyspace that FT.CREATE otherwise starts (it grows with every key in Redis, and
+        the first add waits for it); an index made again after a loss scans."""
+        index = self._pools.get(pool_of(number))
         if index is not None:
             return index
         index = AsyncSearchIndex(
-            IndexSchema.from_dict(pool_schema_dict(number, dimension, tag)),
-            redis_client=self.client,
+            IndexSchema.from_dict(pool_schema_dict(number, dimension)), redis_client=self.client
         )
         options = ["FILTER", pool_filter(number, POOL_FIELD)]
         await self._create_index(index, *options, *(["SKIPINITIALSCAN"] if empty else []))
         await self._bring_up(index, await self._info(index.name))
-        self._pools[(*pool_of(number), tag)] = index
+        self._pools[pool_of(number)] = index
         return index
 
     async def promote(self, ns: str, wait_s: float = 60.0) -> bool:

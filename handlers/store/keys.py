@@ -43,14 +43,12 @@ def pool_of(number: int) -> tuple[int, int]:
     return number % _DIMENSIONS, number // _DIMENSIONS // POOL_NAMESPACES
 
 
-def pool_index_name(number: int, tag: str = "") -> str:
+def pool_index_name(number: int) -> str:
     """The index the pooled namespace with this pool number shares with up to
-    POOL_NAMESPACES - 1 others of the same vector dimension. On a Redis Cluster each node
-    has its own, named with a hash tag of its slots (`cluster.node_tag`)."""
+    POOL_NAMESPACES - 1 others of the same vector dimension (one server only: see
+    `cluster`)."""
     dimension, group = pool_of(number)
-    return (
-        f"{ROOT}:{{{tag}}}:pool:{dimension}:{group}" if tag else f"{ROOT}:pool:{dimension}:{group}"
-    )
+    return f"{ROOT}:pool:{dimension}:{group}"
 
 
 def pool_filter(number: int, field: str) -> str:

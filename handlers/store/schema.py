@@ -84,7 +84,7 @@ def schema_dict(ns: str, dimension: int) -> dict[str, Any]:
     }
 
 
-def pool_schema_dict(number: int, dimension: int, tag: str = "") -> dict[str, Any]:
+def pool_schema_dict(number: int, dimension: int) -> dict[str, Any]:
     """The index that the pooled namespace with pool `number` shares with others of its
     vector `dimension` (`keys.pool_index_name`): every field of a
     namespace's own index, plus `pool` (`keys.pool_number`), which each query filters on:
@@ -96,7 +96,7 @@ def pool_schema_dict(number: int, dimension: int, tag: str = "") -> dict[str, An
     before storing anything. Pooled namespaces are small, so their vector queries scan the
     namespace's own memories (ADHOC_BF): a FLAT field is exact and cheaper to write."""
     schema = schema_dict("", dimension)
-    schema["index"]["name"] = pool_index_name(number, tag)
+    schema["index"]["name"] = pool_index_name(number)
     schema["index"]["prefix"] = f"{ROOT}:"
     for field in schema["fields"]:
         if field["name"] == VECTOR_FIELD:

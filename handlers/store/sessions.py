@@ -41,8 +41,7 @@ class Sessions:
             raw = await self.client.hgetall(key)
             count = int(raw.pop(_TURN.encode(), 0))
             state = {
-                text(k): _turn_of(v if isinstance(v, bytes) else v.encode())
-                for k, v in raw.items()
+                text(k): _turn_of(v if isinstance(v, bytes) else v.encode()) for k, v in raw.items()
             }
             now_turn = count + 1 if turn is None else turn
             if now_turn > last:

@@ -29,7 +29,6 @@ from redisvl.query.filter import FilterExpression
 from handlers.errors import Unavailable
 from handlers.store import keys
 from handlers.store.claims import Claims
-from handlers.store.cluster import node_tag
 from handlers.store.failures import is_connection_error, is_missing_index, redis_errors
 from handlers.store.filters import ReadScope, Scoped, read_filter, text_match, written_words
 from handlers.store.indexes import Indexes, Namespace
@@ -777,7 +776,7 @@ class Store:
         under us (dropped or flushed), set it up again and retry; likewise when the
         namespace was promoted out of its pool (or lost) while it ran: its tier, read after
         the query, is then no longer its pool number, and the query may have missed memories
-        that had left the pool (likewise when its slot moved to another cluster node)."""
+        that had left the pool."""
         space = await self.indexes.get(ns)
         for attempt in range(3):
             async with self._guard():
@@ -790,10 +789,7 @@ class Store:
                     if space.pool is None:
                         return out
                     tier = await self.client.get(keys.tier_key(ns))
-                    # On a cluster, the namespace's slot may also have moved to another
-                    # node, whose pool index has its memories now.
-                    moved = space.tag != node_tag(self.client, keys.ns_prefix(ns))
-                    if tier is not None and text(tier) == str(space.pool) and not moved:
+                    if tier is not None and text(tier) == str(space.pool):
                         return out
             self.indexes.forget(ns)
             space = await self.indexes.get(ns)

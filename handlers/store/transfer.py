@@ -12,7 +12,7 @@ import msgspec
 import numpy as np
 import redis.asyncio as aioredis
 
-from handlers.store import keys
+from handlers.store import cluster, keys
 from handlers.store.failures import Guard
 from handlers.store.record import Entry, Record
 from handlers.store.resp import text
@@ -46,7 +46,7 @@ class Transfer:
         started = time.monotonic()
         async with self._guard():
             while True:
-                cursor, batch = await self._client.scan(cursor, match=pattern, count=SCAN_COUNT)
+                cursor, batch = await cluster.scan(self._client, ns, cursor, pattern, SCAN_COUNT)
                 found += [keys.id_of(ns, text(k)) for k in batch]
                 if cursor == 0 or len(found) >= limit:
                     break

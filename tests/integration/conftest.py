@@ -9,7 +9,10 @@ A test's `bus` reaches the operations one of two ways (its `transport`):
 - "in_process" (the default): the SDK's requests call `dispatch()` in this process, against
   the session's real Redis, so a failure shows its traceback; events still go out on NATS.
 - "nats": through NATS to two handler processes, for wiring, events, scaling and faults.
-A module or test marked `@pytest.mark.transports("in_process", "nats")` runs once each way.
+- "cluster": in process as "in_process", but against a Redis Cluster of 3 primaries (its
+  own embedded servers, started once for the session), as a handler given a cluster node.
+A module or test marked `@pytest.mark.transports("in_process", "nats", "cluster")` runs once
+each way.
 """
 
 from __future__ import annotations
@@ -29,8 +32,9 @@ from nats.aio.client import Client as NatsClient
 
 from bus import AgentMemory, MemoryBus
 from deploy.embedded import EmbeddedStack, wait_for_handlers
-from handlers.service import make_deps, make_embedder, redis_client
+from handlers.service import make_deps, make_embedder, open_redis, redis_client
 from handlers.settings import load_settings
+from handlers.store.cluster import is_cluster
 
 HANDLERS = 2
 LOG_DIR = Path(os.environ.get("MEMBUS_TEST_LOG_DIR", ".membus/test-logs"))
@@ -145,8 +149,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.fixture
 def transport() -> str:
-    """How this test's `bus` reaches the operations (see the module docstring)."""
-    return "in_process"
+    """How this test's `bus` reaches the operations (see the module docstring): in process,
+    or on the Redis Cluster with `MEMBUS_TEST_TRANSPORT=cluster`."""
+    return os.environ.get("MEMBUS_TEST_TRANSPORT", "in_process")
 
 
 @pytest.fixture(scope="session")
@@ -165,12 +170,48 @@ async def in_process(servers: Servers) -> AsyncIterator[InProcess]:
         await client.aclose()
 
 
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[EmbeddedStack]:
+    """A Redis Cluster of 3 primaries (no replicas: the failover tests have their own)."""
+    stack = EmbeddedStack.temporary()
+    stack.redis_primaries = 3
+    stack.redis_cluster_replicas = False
+    stack.log_dir = LOG_DIR / "cluster"
+    stack.start_servers()
+    try:
+        yield stack
+    finally:
+        stack.stop()
+
+
+@pytest.fixture(scope="session")
+async def on_cluster(servers: Servers, redis_cluster: EmbeddedStack) -> AsyncIterator[InProcess]:
+    """The operations of a handler in this process, on the Redis Cluster (events still go
+    out on the session's NATS, where the tests listen)."""
+    url = redis_cluster.redis_url
+    settings = load_settings({"MEMBUS_EMBEDDER": "hash", "MEMBUS_REDIS_URL": url})
+    client, known = await open_redis(url)
+    assert known and is_cluster(client)
+    events = await nats.connect(servers.nats_url)
+    embedder = make_embedder(settings, client)
+    try:
+        deps = make_deps(settings, client, embedder, events.publish, events.max_payload)
+        yield InProcess(events, deps)
+    finally:
+        await events.drain()
+        await embedder.close()
+        await deps.store.replicas.aclose()
+        await client.aclose()
+
+
 @pytest.fixture
 def bus_client(transport: str, request: pytest.FixtureRequest) -> InProcess | None:
     """The NATS client stand-in of an in-process `bus`; None (a real client) over NATS."""
     if transport == "nats":
         request.getfixturevalue("handlers")
         return None
+    if transport == "cluster":
+        return request.getfixturevalue("on_cluster")
     assert transport == "in_process", f"unknown transport {transport!r}"
     return request.getfixturevalue("in_process")
 
@@ -186,8 +227,14 @@ async def bus(bus_client: InProcess | None, servers: Servers, ns: str) -> AsyncI
 
 
 @pytest.fixture
-async def rds(servers: Servers) -> AsyncIterator[aioredis.Redis]:
-    client = aioredis.Redis.from_url(servers.redis_url)
+async def rds(
+    servers: Servers, transport: str, request: pytest.FixtureRequest
+) -> AsyncIterator[aioredis.Redis]:
+    """A client of the Redis the test's `bus` writes to (the cluster's, for "cluster")."""
+    if transport == "cluster":
+        client, _ = await open_redis(request.getfixturevalue("redis_cluster").redis_url)
+    else:
+        client = aioredis.Redis.from_url(servers.redis_url)
     yield client
     await client.aclose()
 

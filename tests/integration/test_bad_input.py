@@ -189,7 +189,7 @@ async def test_bad_input_gets_a_clear_error_and_the_service_stays_up(
     assert described.total == 0
 
 
-@pytest.mark.transports("in_process", "nats")
+@pytest.mark.transports("in_process", "nats", "cluster")
 async def test_bad_namespace_token_is_invalid_request(bus: MemoryBus) -> None:
     reply, _ = await _raw(bus.nc, "mem.bad!ns.describe", b"{}")
     assert reply["code"] == "invalid_request"

@@ -151,7 +151,7 @@ async def test_idle_pooled_connections_survive_a_redis_restart() -> None:
             await bus.close()
 
 
-async def test_a_durable_add_applied_again_changes_nothing(bus: MemoryBus, in_process) -> None:
+async def test_a_durable_add_applied_again_changes_nothing(bus: MemoryBus, bus_client) -> None:
     # A handler that dies between a durable write and its done-mark leaves the write to be
     # applied again: the memory (its id derived from the request id) must not be counted as
     # a mention of itself, whatever the dedup mode, nor announced twice.
@@ -166,7 +166,7 @@ async def test_a_durable_add_applied_again_changes_nothing(bus: MemoryBus, in_pr
         write = DurableWrite(f"req-again-{dedup}", 1_760_000_000_000)
         for _ in range(2):
             _, error = await dispatch(
-                "add", f"memq.{bus.namespace}.add", raw, in_process.deps, write
+                "add", f"memq.{bus.namespace}.add", raw, bus_client.deps, write
             )
             assert error is None
     listed = await bus.agent(workflow_id="wf_again").list(limit=10)

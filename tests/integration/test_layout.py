@@ -89,7 +89,9 @@ async def _reads(deps: Deps, ns: str, ids: list[str], gone: str) -> dict[str, An
         found = await operations.search(
             ns, SearchRequest(query="deploy window friday", mode=mode, limit=10), deps
         )
-        out[f"search-{mode}"] = [r.id for r in found.results]
+        # The same memories; not necessarily in the same order: renamed keys are indexed
+        # again, and BM25 counts the replaced entries until the index's GC runs.
+        out[f"search-{mode}"] = sorted(r.id for r in found.results)
     out["list"] = [m.id for m in (await operations.list_(ns, ListRequest(limit=50), deps)).memories]
     got = await operations.get(ns, GetRequest(ids=ids), deps)
     out["get"] = sorted((m.id, m.content, m.expires_at) for m in got.memories)

@@ -15,7 +15,7 @@ from handlers.dispatch import dispatch
 from handlers.store.keys import OWN_INDEX, index_name, pool_index_name, tier_key
 
 # Every operation both ways: in this process, and through NATS to the handler processes.
-pytestmark = pytest.mark.transports("in_process", "nats")
+pytestmark = pytest.mark.transports("in_process", "nats", "cluster")
 
 
 async def test_add_then_get_returns_every_field(wf123: AgentMemory) -> None:

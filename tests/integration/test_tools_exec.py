@@ -11,7 +11,7 @@ import pytest
 from bus import MemoryBus, NotFound
 from bus.tools import EXAMPLES, ToolExecutor
 
-pytestmark = pytest.mark.transports("in_process", "nats")
+pytestmark = pytest.mark.transports("in_process", "nats", "cluster")
 
 IDENTITY = {"workflow_id": "wf_tools", "agent_id": "tool-agent", "session_id": "sess-tools"}
 

@@ -16,7 +16,7 @@ from bus import Forbidden, InvalidRequest, MemoryBus, NotFound
 from contracts.messages import ImportedMemory, ImportReply
 from handlers.store import keys
 
-pytestmark = pytest.mark.transports("in_process", "nats")
+pytestmark = pytest.mark.transports("in_process", "nats", "cluster")
 
 
 async def _all(bus: MemoryBus, embeddings: bool = False) -> list[dict[str, object]]:

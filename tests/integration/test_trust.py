@@ -13,7 +13,7 @@ import pytest
 from bus import Forbidden, MemoryBus, NotFound
 from contracts.messages import Event
 
-pytestmark = pytest.mark.transports("in_process", "nats")
+pytestmark = pytest.mark.transports("in_process", "nats", "cluster")
 
 As = Callable[[str], MemoryBus]
 
