@@ -649,6 +649,9 @@ class AddReply(Reply, kw_only=True):
     # Of the request's `supersedes`: the ids now superseded by `id`, and those not found.
     superseded: list[str] = []
     missing: list[str] = []
+    # The kinds of secret replaced by `[redacted:<kind>]` in what was stored (v3); absent
+    # when none was.
+    redacted: list[str] | msgspec.UnsetType = msgspec.UNSET
 
 
 class UpdateReply(Reply, kw_only=True):
@@ -657,6 +660,8 @@ class UpdateReply(Reply, kw_only=True):
     importance: float
     updated_at: datetime
     expires_at: datetime | None
+    # As on AddReply: the kinds of secret redacted from the new content (v3).
+    redacted: list[str] | msgspec.UnsetType = msgspec.UNSET
 
 
 class SearchReply(Reply, kw_only=True):

@@ -12,7 +12,7 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 import structlog
@@ -104,6 +104,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     # pool's, which cost LoCoMo-sized namespaces 0.01 of MRR@10 when pooled at 1,000). 0:
     # every namespace has its own from the start (docs/benchmarks.md, "Many namespaces").
     pool_max: Annotated[int, msgspec.Meta(ge=0)] = 100
+    # Secrets in written text (API keys, tokens, private keys, passwords in URLs, cloud keys):
+    # "redact" replaces each with [redacted:<kind>], "block" refuses the write, "off" stores
+    # it as sent (docs/protocol.md, "Secrets on write").
+    secrets: Literal["redact", "block", "off"] = "redact"
     log_level: str = "info"
     # The HTTP port of /metrics (Prometheus), /healthz and /readyz; 0: none. Needs the
     # `observability` extra. Traces are set up from the standard OTEL_* variables instead.

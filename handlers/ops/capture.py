@@ -20,6 +20,7 @@ from contracts.messages import AddReply, AddRequest, CaptureRequest, clip
 from contracts.types import TRACE_TYPE
 from handlers.ops.deps import Deps
 from handlers.ops.registry import handles
+from handlers.ops.secrets import Secrets
 from handlers.ops.writes import add
 
 # Arguments whose values name files: they become the trace's `related_files`.
@@ -53,22 +54,26 @@ def printable(text: str) -> str:
     return text.replace("\x00", " ")
 
 
-def narrative(req: CaptureRequest) -> str:
-    args = clip(_encoder.encode(req.args).decode(), limits.CAPTURE_ARGS_BYTES)
-    output = clip(printable(req.output), limits.CAPTURE_OUTPUT_BYTES)
-    return f"Arguments: {args}\nOutput: {output}"
+def narrative(req: CaptureRequest, secrets: Secrets) -> str:
+    """The trace's narrative: the arguments (as JSON) and the output, each scanned for
+    secrets whole before it is cut to its size (a cut could leave half a key unfound)."""
+    args = secrets.text("args", _encoder.encode(req.args).decode())
+    output = secrets.text("output", printable(req.output))
+    args = clip(args, limits.CAPTURE_ARGS_BYTES)
+    return f"Arguments: {args}\nOutput: {clip(output, limits.CAPTURE_OUTPUT_BYTES)}"
 
 
 @handles(CaptureRequest)
 async def capture(ns: str, req: CaptureRequest, deps: Deps) -> AddReply:
     tool = printable(req.tool)
+    secrets = Secrets(deps.settings.secrets)
     meta: dict[str, Any] = {"tool": tool, "error": req.error}
     if req.duration_ms is not None:
         meta["duration_ms"] = req.duration_ms
     trace = AddRequest(
         type=TRACE_TYPE,
         title=f"Tool run: {tool}",
-        narrative=narrative(req),
+        narrative=narrative(req, secrets),
         facts=[f"tool: {tool}", f"error: {'true' if req.error else 'false'}"],
         tags=["tool", tool_tag(tool)],
         source="auto",
@@ -80,4 +85,9 @@ async def capture(ns: str, req: CaptureRequest, deps: Deps) -> AddReply:
         dedup="none",
         context=req.context,
     )
-    return await add(ns, trace, deps)
+    reply = await add(ns, trace, deps)
+    if secrets.redacted:  # found in the arguments or output, before `add` saw them
+        found = [] if isinstance(reply.redacted, msgspec.UnsetType) else reply.redacted
+        kinds = list(dict.fromkeys([*secrets.redacted, *found]))
+        reply = msgspec.structs.replace(reply, redacted=kinds)
+    return reply

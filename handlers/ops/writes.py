@@ -37,6 +37,7 @@ from handlers.ops.ranking import similarity
 from handlers.ops.registry import handles
 from handlers.ops.replies import as_record
 from handlers.ops.scoping import storage_workflow
+from handlers.ops.secrets import Secrets
 from handlers.ops.vectors import request_vector
 from handlers.ops.workspaces import state_is_immutable, workspace_not_found
 from handlers.store.filters import ReadScope, in_store, read_filter
@@ -153,6 +154,9 @@ async def add(ns: str, req: AddRequest, deps: Deps) -> AddReply:
     composed = req.title is not None and content == compose_content(
         req.title, req.narrative, req.facts
     )
+    # Before anything is stored or embedded: what is kept is what was scanned.
+    secrets = Secrets(deps.settings.secrets)
+    req, content = _without_secrets(req, content, composed, secrets)
     check_content(content, composed=composed)
     metadata = check_metadata(req.metadata)
     write = deps.write
@@ -193,7 +197,28 @@ async def add(ns: str, req: AddRequest, deps: Deps) -> AddReply:
                 reply = await _write(ns, req, rec, vec, deps)
     if req.supersedes:
         await _supersede(ns, req, reply, deps)
+    if secrets.redacted:
+        reply = msgspec.structs.replace(reply, redacted=secrets.redacted)
     return reply
+
+
+def _without_secrets(
+    req: AddRequest, content: str, composed: bool, secrets: Secrets
+) -> tuple[AddRequest, str]:
+    """The request and its content with the secrets in their text redacted (or refused:
+    `Secrets`); a composed content is composed again from the redacted parts."""
+    title = secrets.optional("title", req.title)
+    narrative = secrets.optional("narrative", req.narrative)
+    facts = secrets.texts("facts", req.facts)
+    if composed and title is not None:
+        content = compose_content(title, narrative, facts)
+    else:
+        content = secrets.text("content", content)
+    if secrets.redacted is None:
+        return req, content
+    return msgspec.structs.replace(
+        req, title=title, narrative=narrative, facts=facts, content=content
+    ), content
 
 
 async def _write(ns: str, req: AddRequest, rec: Record, vec: np.ndarray, deps: Deps) -> AddReply:
@@ -305,6 +330,9 @@ async def _update(
         raise state_is_immutable(old.id, "update")
     new = msgspec.structs.replace(old, updated_at=now)
     vec = None
+    secrets = Secrets(deps.settings.secrets)
+    if req.content is not None:
+        req = msgspec.structs.replace(req, content=secrets.text("content", req.content))
     if req.content is not None and req.content != old.content:
         check_content(req.content)
         vec = await request_vector(ns, deps, text=req.content)
@@ -326,7 +354,10 @@ async def _update(
     if new.content != old.content or new.tags != old.tags:
         deps.store.count_words_later(ns, [new])  # its new words (counts are of writes)
     await publish_event(deps, ns, "updated", new, now, agent_id=req.agent_id)
-    return _updated(new, now)
+    reply = _updated(new, now)
+    if secrets.redacted:
+        reply = msgspec.structs.replace(reply, redacted=secrets.redacted)
+    return reply
 
 
 async def _delete_and_announce(
