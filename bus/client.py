@@ -63,6 +63,9 @@ from contracts.messages import (
     PeopleRequest,
     RecallReply,
     RecallRequest,
+    ReconcileFact,
+    ReconcileReply,
+    ReconcileRequest,
     Request,
     SearchReply,
     SearchRequest,
@@ -978,6 +981,25 @@ class AgentMemory:
         )
         reply_type = TimelineReply if mode == "full" else CompactTimelineReply
         return await self._bus.request("timeline", req, reply_type)
+
+    async def reconcile(
+        self,
+        facts: Sequence[str | ReconcileFact],
+        *,
+        limit: int = 3,
+    ) -> ReconcileReply:
+        """For facts an extractor (an LLM) proposes, the nearest current memories in this
+        handle's workflow and workspace and a suggested action each: `noop` (known already),
+        `supersede` (`target` says something else about it), `add`. Writes nothing."""
+        req = _build(
+            ReconcileRequest,
+            facts=[ReconcileFact(content=f) if isinstance(f, str) else f for f in facts],
+            workflow_id=self._workflow_id,
+            workspace=self._workspace,
+            limit=limit,
+            context=self._context,
+        )
+        return await self._bus.request("reconcile", req, ReconcileReply)
 
     async def people(
         self,

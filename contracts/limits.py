@@ -65,3 +65,7 @@ CAPTURE_ARGS_BYTES = 2 * 1024
 # `export`: memories one page holds at most, and `import`: memories one request writes.
 MAX_EXPORT_LIMIT = 1000
 MAX_IMPORT = 100
+
+# `reconcile` (v3): candidate facts per call, and neighbours returned per fact.
+MAX_RECONCILE_FACTS = 50
+MAX_RECONCILE_NEIGHBOURS = 10

@@ -190,6 +190,28 @@ class AddRequest(Request, kw_only=True):
             self.content = compose_content(self.title, self.narrative, self.facts)
 
 
+class ReconcileFact(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, kw_only=True):
+    """A candidate fact, as an extractor found it (v3 `reconcile`)."""
+
+    content: Annotated[str, msgspec.Meta(min_length=1)]
+    # The type it would be added as; None: compared with memories of any type.
+    type: TypeName | None = None
+    title: Title | None = None
+
+
+class ReconcileRequest(Request, kw_only=True):
+    """For each candidate fact, the nearest current memories in scope and what to do with it
+    (read-only: nothing is written)."""
+
+    facts: Annotated[
+        list[ReconcileFact], msgspec.Meta(min_length=1, max_length=limits.MAX_RECONCILE_FACTS)
+    ]
+    workflow_id: WorkflowId | None = None
+    workspace: Name | None = None
+    # Neighbours returned per fact.
+    limit: Annotated[int, msgspec.Meta(ge=1, le=limits.MAX_RECONCILE_NEIGHBOURS)] = 3
+
+
 class UpdateRequest(Request, kw_only=True):
     """Change one memory; fields left out stay as they are. `ttl_s: 0` makes it permanent."""
 
@@ -652,6 +674,29 @@ class AddReply(Reply, kw_only=True):
     # The kinds of secret replaced by `[redacted:<kind>]` in what was stored (v3); absent
     # when none was.
     redacted: list[str] | msgspec.UnsetType = msgspec.UNSET
+
+
+class Neighbour(msgspec.Struct, kw_only=True):
+    """A current memory near a candidate fact: cosine similarity in [-1, 1]."""
+
+    id: str
+    content: str
+    type: str
+    similarity: float
+
+
+class Reconciled(msgspec.Struct, kw_only=True):
+    content: str
+    # noop: an exact or near-duplicate current memory exists (`target`); supersede: a current
+    # memory of the same type is similar but says something else (`target`); add: neither.
+    action: Literal["noop", "supersede", "add"]
+    target: str | None = None
+    neighbours: list[Neighbour] = []
+
+
+class ReconcileReply(Reply, kw_only=True):
+    # One per fact, in request order.
+    results: list[Reconciled]
 
 
 class UpdateReply(Reply, kw_only=True):

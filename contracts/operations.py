@@ -111,6 +111,7 @@ TABLE: tuple[Operation, ...] = (
         full_trust_only=True,
     ),
     Operation(name="capture", request=m.CaptureRequest, replies=(m.AddReply,), durable=True),
+    Operation(name="reconcile", request=m.ReconcileRequest, replies=(m.ReconcileReply,)),
     Operation(
         name="export", request=m.ExportRequest, replies=(m.ExportReply,), full_trust_only=True
     ),

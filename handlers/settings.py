@@ -79,6 +79,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     text_read_docs_min: Annotated[int, msgspec.Meta(ge=0)] = 1000
     # Near-duplicate threshold (cosine) for `add` with `dedup: "semantic"`.
     dedup_threshold: Annotated[float, msgspec.Meta(ge=0.01, le=1.0)] = 0.95
+    # `reconcile` suggests superseding a current memory of the fact's type at least this
+    # similar (cosine) that says something else; at `dedup_threshold` or above it is the
+    # same fact (noop). Tuned for minilm; the hash embedder's similarities run lower.
+    reconcile_supersede: Annotated[float, msgspec.Meta(ge=0.01, le=1.0)] = 0.75
     # Load shedding: at most `max_inflight` requests run at once; up to `max_waiting` more
     # wait for a slot, each at most `queue_wait_s`. Past that a request is answered
     # `unavailable` ("busy") at once, well before a caller's timeout (the SDK's is 5 s).

@@ -15,6 +15,7 @@ from handlers.ops.deps import Deps
 from handlers.ops.history import history
 from handlers.ops.reads import describe, get, list_
 from handlers.ops.recall import recall
+from handlers.ops.reconcile import reconcile
 from handlers.ops.registry import HANDLERS, Handler
 from handlers.ops.search import search
 from handlers.ops.transfer import export, import_
@@ -42,6 +43,7 @@ __all__ = [
     "list_",
     "people",
     "recall",
+    "reconcile",
     "search",
     "timeline",
     "update",

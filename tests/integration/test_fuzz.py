@@ -31,7 +31,7 @@ from handlers.dispatch import dispatch
 # Every operation is in one group; each group gets EXAMPLES inputs.
 GROUPS: dict[str, tuple[str, ...]] = {
     "memories": ("add", "update", "get", "delete", "history", "timeline", "clear_by_type"),
-    "reads": ("search", "describe", "list", "people", "recall"),
+    "reads": ("search", "describe", "list", "people", "recall", "reconcile"),
     "workspaces": (
         "create_workspace",
         "list_workspaces",

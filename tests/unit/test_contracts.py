@@ -74,6 +74,8 @@ def test_every_operation_has_a_request_class_derived_from_request() -> None:
         "capture",
         "export",
         "import",
+        # v3: what an extractor should do with its facts.
+        "reconcile",
     }
     assert all(issubclass(cls, Request) for cls in REQUEST_TYPES.values())
 
@@ -445,6 +447,7 @@ _NAMED: dict[str, dict[str, object]] = {
     "load_state": {"workspace": _NFD, "name": _NFD},
     "archive_state": {"workspace": _NFD, "name": _NFD},
     "capture": {"tool": "t", "workspace": _NFD},
+    "reconcile": {"facts": [{"content": "x"}], "workspace": _NFD},
     "import": {
         "memories": [
             {
