@@ -15,6 +15,7 @@ TOOL_OPS: dict[str, str] = {
     "memory_timeline": "timeline",
     "memory_history": "history",
     "memory_people": "people",
+    "memory_reconcile": "reconcile",
     "create_workspace": "create_workspace",
     "list_workspaces": "list_workspaces",
     "load_workspace": "load_workspace",

@@ -133,7 +133,7 @@ class ToolSpec:
 
 
 def tool_specs(types: TypeTable = DEFAULT_TYPES) -> list[ToolSpec]:
-    """The 19 tools; `types` is the handlers' type table when it is not the default."""
+    """The 20 tools; `types` is the handlers' type table when it is not the default."""
     descriptions = tool_descriptions(types)
     specs = []
     for name, op in TOOL_OPS.items():

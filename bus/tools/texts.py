@@ -139,6 +139,14 @@ FIELD_TEXTS: dict[str, dict[str, str]] = {
         "scope": _SCOPE_READ,
         "limit": "How many people at most (default 20).",
     },
+    "memory_reconcile": {
+        "facts": (
+            "The facts you extracted (up to 50), each `content` (one short, self-contained"
+            " statement), with the `type` you would store it as."
+        ),
+        "workspace": _WORKSPACE_FILTER,
+        "limit": "How many nearest memories to return per fact (default 3, at most 10).",
+    },
     "create_workspace": {
         "name": _WS_NAME,
         "description": "What this workspace is.",
@@ -231,6 +239,12 @@ EXAMPLES: dict[str, dict[str, Any]] = {
     "memory_timeline": {"anchor": _EXAMPLE_ID, "before": 3, "after": 3},
     "memory_history": {"id": _EXAMPLE_ID},
     "memory_people": {"query": "dana"},
+    "memory_reconcile": {
+        "facts": [
+            {"content": "Deploys of Project Alpha go through `make ship`", "type": "knowledge"},
+            {"content": "The user prefers answers with code examples", "type": "user_pref"},
+        ]
+    },
     "create_workspace": {
         "name": _WORKSPACE,
         "description": "E-commerce platform rebuild",
@@ -399,6 +413,14 @@ def tool_descriptions(types: TypeTable) -> dict[str, str]:
             " how many memories name each and the ids of the newest ones. Use it to find"
             " what is known about someone (then memory_search with `people`).\n\n"
             f"Example: {_ex('memory_people')}"
+        ),
+        "memory_reconcile": (
+            "Before storing facts you extracted from a conversation or a tool's output, ask"
+            " what is known already. For each fact you get the nearest stored memories and"
+            " an action: `noop` (already known: store nothing), `supersede` (memory `target`"
+            " says something else about the same thing: memory_add the fact with"
+            " `supersedes: [target]`), or `add` (new: memory_add it). Stores nothing itself.\n\n"
+            f"Example: {_ex('memory_reconcile')}"
         ),
         "create_workspace": (
             "Create a workspace: a named container for one project (its folder, purpose,"
