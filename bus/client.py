@@ -32,6 +32,7 @@ from contracts.messages import (
     ClearByTypeReply,
     ClearByTypeRequest,
     CompactListReply,
+    CompactRequest,
     CompactTimelineReply,
     Context,
     CreateStateRequest,
@@ -1053,6 +1054,34 @@ class AgentMemory:
         deleted = reply.deleted
         while reply.remaining:
             reply = await self._bus.request("clear_by_type", req, ClearByTypeReply)
+            deleted += reply.deleted
+        return ClearByTypeReply(deleted=deleted)
+
+    async def compact(
+        self,
+        type: str,
+        *,
+        keep: int,
+        by: Literal["importance", "recency", "accesses"],
+        general: bool = False,
+    ) -> ClearByTypeReply:
+        """Keep the `keep` best current memories of `type` (by importance, newest, or most
+        read) in this handle's workflow (or the general ones with `general`, or its
+        workspace's when it has one and no workflow) and delete the rest; each deletion is
+        announced and in the memory's history with reason "compacted"."""
+        req = _build(
+            CompactRequest,
+            type=type,
+            keep=keep,
+            by=by,
+            workflow_id=None if general else self._workflow_id,
+            workspace=self._workspace,
+            context=self._context,
+        )
+        reply = await self._bus.request("compact", req, ClearByTypeReply)
+        deleted = reply.deleted
+        while reply.remaining:  # each call does a bounded share of the work
+            reply = await self._bus.request("compact", req, ClearByTypeReply)
             deleted += reply.deleted
         return ClearByTypeReply(deleted=deleted)
 

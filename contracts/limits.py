@@ -69,3 +69,5 @@ MAX_IMPORT = 100
 # `reconcile` (v3): candidate facts per call, and neighbours returned per fact.
 MAX_RECONCILE_FACTS = 50
 MAX_RECONCILE_NEIGHBOURS = 10
+# `compact` (v3): the most memories of a type it keeps.
+MAX_COMPACT_KEEP = 100_000

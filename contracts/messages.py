@@ -384,6 +384,24 @@ class RecallRequest(Request, kw_only=True):
         return self.message if self.message is not None else " ".join(self.messages)
 
 
+class CompactRequest(Request, kw_only=True):
+    """Keep the best `keep` current memories of a type in scope, delete the rest (v3)."""
+
+    type: TypeName
+    keep: Annotated[int, msgspec.Meta(ge=0, le=limits.MAX_COMPACT_KEEP)]
+    by: Literal["importance", "recency", "accesses"]
+    workflow_id: WorkflowId | None = None
+    workspace: Name | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.type == STATE_TYPE:
+            raise ValueError(
+                "States are immutable: compact cannot delete them. Use archive_state to hide"
+                " a state from list_states."
+            )
+
+
 class ClearByTypeRequest(Request, kw_only=True):
     type: TypeName
     workflow_id: WorkflowId | None = None
@@ -771,6 +789,8 @@ class HistoryEntry(msgspec.Struct, kw_only=True):
     agent_id: str | None = None
     session_id: str | None = None
     changes: dict[str, Change] = {}
+    # Why, where the event alone does not say: "compacted" for a deletion by `compact` (v3).
+    reason: str | None = None
 
 
 class HistoryReply(Reply, kw_only=True):

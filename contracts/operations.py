@@ -42,6 +42,7 @@ TABLE: tuple[Operation, ...] = (
     Operation(name="get", request=m.GetRequest, replies=(m.GetReply,), trimmed="memories"),
     Operation(name="delete", request=m.DeleteRequest, replies=(m.DeleteReply,), durable=True),
     Operation(name="clear_by_type", request=m.ClearByTypeRequest, replies=(m.ClearByTypeReply,)),
+    Operation(name="compact", request=m.CompactRequest, replies=(m.ClearByTypeReply,)),
     Operation(name="update", request=m.UpdateRequest, replies=(m.UpdateReply,), durable=True),
     Operation(
         name="history", request=m.HistoryRequest, replies=(m.HistoryReply,), trimmed="entries"

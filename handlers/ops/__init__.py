@@ -20,7 +20,7 @@ from handlers.ops.registry import HANDLERS, Handler
 from handlers.ops.search import search
 from handlers.ops.transfer import export, import_
 from handlers.ops.workspaces import create_state
-from handlers.ops.writes import add, clear_by_type, delete, update
+from handlers.ops.writes import add, clear_by_type, compact, delete, update
 
 _unbound = [op for op in OPERATIONS if op not in HANDLERS]
 if _unbound:
@@ -33,6 +33,7 @@ __all__ = [
     "add",
     "capture",
     "clear_by_type",
+    "compact",
     "create_state",
     "delete",
     "describe",

@@ -81,6 +81,7 @@ async def history(ns: str, req: HistoryRequest, deps: Deps) -> HistoryReply:
                 changes={
                     k: Change(old=v.get("old"), new=v.get("new")) for k, v in e.changes.items()
                 },
+                reason=e.reason,
             )
             for e in entries
         ],

@@ -7,12 +7,14 @@ import time
 
 import msgspec
 import numpy as np
+from redisvl.query.filter import FilterExpression
 
 from contracts.messages import (
     AddReply,
     AddRequest,
     ClearByTypeReply,
     ClearByTypeRequest,
+    CompactRequest,
     DeleteReply,
     DeleteRequest,
     UpdateReply,
@@ -36,7 +38,7 @@ from handlers.ops.history import entry, update_changes
 from handlers.ops.ranking import similarity
 from handlers.ops.registry import handles
 from handlers.ops.replies import as_record
-from handlers.ops.scoping import storage_workflow
+from handlers.ops.scoping import read_scope, storage_workflow
 from handlers.ops.secrets import Secrets
 from handlers.ops.vectors import request_vector
 from handlers.ops.workspaces import state_is_immutable, workspace_not_found
@@ -361,14 +363,17 @@ async def _update(
 
 
 async def _delete_and_announce(
-    ns: str, ids: list[str], req: DeleteRequest | ClearByTypeRequest, deps: Deps
+    ns: str,
+    ids: list[str],
+    req: DeleteRequest | ClearByTypeRequest | CompactRequest,
+    deps: Deps,
+    reason: str | None = None,
 ) -> tuple[int, list[str]]:
     now = deps.clock()
     keep_ms = deps.settings.history_after_delete_s * 1000
+    gone = msgspec.structs.replace(entry("deleted", now, req), reason=reason)
     try:
-        deleted = await deps.store.delete(
-            ns, ids, now, entry("deleted", now, req), keep_ms, STATE_TYPE
-        )
+        deleted = await deps.store.delete(ns, ids, now, gone, keep_ms, STATE_TYPE)
     except Immutable as exc:
         raise state_is_immutable(exc.memory_id, "delete") from None
     missing = []
@@ -419,3 +424,49 @@ async def clear_by_type(ns: str, req: ClearByTypeRequest, deps: Deps) -> ClearBy
         if deleted == 0:
             # Everything we saw was removed by someone else meanwhile; the index has caught up.
             return ClearByTypeReply(deleted=total)
+
+
+# The index field each `compact` order ranks by (highest kept); `accesses` is read from
+# the access counters, which are kept out of the index.
+_COMPACT_FIELDS = {"importance": "importance", "recency": "created_at"}
+
+
+@handles(CompactRequest)
+async def compact(ns: str, req: CompactRequest, deps: Deps) -> ClearByTypeReply:
+    """Keep the best `keep` current memories of a type in scope and delete the rest, in
+    calls bounded like clear_by_type's (call again while `remaining` > 0). A workflow's
+    memories with `workflow_id`, a workspace's with `workspace` alone, else the general
+    ones; only the stores the caller sees."""
+    type_config(deps.settings.types, req.type)
+    flow = "workflow" if req.workflow_id is not None else "general"
+    scope = read_scope(flow, req.workflow_id, req.workspace, deps.access.stores)
+    total = 0
+    stop_at = time.monotonic() + CLEAR_BUDGET_S
+    while True:
+        where = read_filter(deps.clock(), scope, types=[req.type], current=True)
+        doomed, matching = await _beyond_keep(ns, where, req, deps)
+        if not doomed:
+            return ClearByTypeReply(deleted=total)
+        if total and time.monotonic() >= stop_at:  # every call deletes at least one batch
+            return ClearByTypeReply(deleted=total, remaining=max(0, matching - req.keep))
+        deleted, _ = await _delete_and_announce(ns, doomed, req, deps, reason="compacted")
+        total += deleted
+        if deleted == 0:  # removed by someone else meanwhile: the index has caught up
+            continue
+
+
+async def _beyond_keep(
+    ns: str, where: FilterExpression, req: CompactRequest, deps: Deps
+) -> tuple[list[str], int]:
+    """Up to a batch of the memories ranked below the `keep` best, and how many match."""
+    field = _COMPACT_FIELDS.get(req.by)
+    if field is not None:
+        return await deps.store.ids(ns, where, CLEAR_BATCH, sort_by=field, offset=req.keep)
+    _, matching = await deps.store.ids(ns, where, 0)
+    if matching <= req.keep:
+        return [], matching
+    # Newest first, so that among equally read memories the newer ones stay.
+    ids, matching = await deps.store.ids(ns, where, matching, sort_by="created_at")
+    counts = await deps.store.access_counts(ns, ids)
+    ranked = sorted(zip(ids, counts, strict=True), key=lambda pair: -pair[1])
+    return [mid for mid, _ in ranked[req.keep :]][:CLEAR_BATCH], matching

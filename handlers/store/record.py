@@ -94,6 +94,8 @@ class Entry(msgspec.Struct, kw_only=True):
     session_id: str | None = None
     # Field -> {"old": ..., "new": ...}, values as replies show them.
     changes: dict[str, dict[str, Any]] = {}
+    # Why, where the event alone does not say (v3: "compacted" for a `compact` deletion).
+    reason: str | None = None
 
 
 class Mentions(msgspec.Struct, kw_only=True, rename=STORAGE_NAMES):

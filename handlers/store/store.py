@@ -477,6 +477,15 @@ class Store:
                     keys=keys.memory_keys(ns, ids), args=[now_ms, "1", RECORD_FIELDS[0]]
                 )
 
+    async def access_counts(self, ns: str, ids: list[str]) -> list[int]:
+        """How often each memory was read (0 where never, or gone)."""
+        async with self._guard():
+            pipe = self.client.pipeline(transaction=False)
+            for mid in ids:
+                pipe.hget(keys.access_key(ns, mid), "access_count")
+            raw = await pipe.execute()
+        return [int(v) if v is not None else 0 for v in raw]
+
     async def types(self, ns: str, ids: list[str]) -> list[str | None]:
         """The type of each memory (None where there is no such memory)."""
         return [type_ for type_, _ in await self._type_and_store(ns, ids)]
@@ -716,12 +725,26 @@ class Store:
         fetched = await self.fetch(ns, ids, now_ms, count_access=False)
         return Page(total, [f.record for f in fetched if f is not None])
 
-    async def ids(self, ns: str, where: FilterExpression, limit: int) -> tuple[list[str], int]:
-        """Ids of up to `limit` matching memories (no content loaded), and how many match."""
+    async def ids(
+        self,
+        ns: str,
+        where: FilterExpression,
+        limit: int,
+        *,
+        sort_by: str | None = None,
+        offset: int = 0,
+    ) -> tuple[list[str], int]:
+        """Ids of up to `limit` matching memories (no content loaded), and how many match;
+        `sort_by` a sortable field, highest first, from `offset` on."""
 
         async def query(space: Namespace) -> FilterQuery:
-            q = FilterQuery(filter_expression=space.confine(where), num_results=limit)
+            q = FilterQuery(
+                filter_expression=space.confine(where),
+                num_results=limit,
+                sort_by=(sort_by, "DESC") if sort_by else None,
+            )
             q.no_content()
+            q.paging(offset, limit)
             return q
 
         found = await self._search(ns, query)

@@ -30,7 +30,16 @@ from handlers.dispatch import dispatch
 
 # Every operation is in one group; each group gets EXAMPLES inputs.
 GROUPS: dict[str, tuple[str, ...]] = {
-    "memories": ("add", "update", "get", "delete", "history", "timeline", "clear_by_type"),
+    "memories": (
+        "add",
+        "update",
+        "get",
+        "delete",
+        "history",
+        "timeline",
+        "clear_by_type",
+        "compact",
+    ),
     "reads": ("search", "describe", "list", "people", "recall", "reconcile"),
     "workspaces": (
         "create_workspace",

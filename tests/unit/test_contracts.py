@@ -74,8 +74,9 @@ def test_every_operation_has_a_request_class_derived_from_request() -> None:
         "capture",
         "export",
         "import",
-        # v3: what an extractor should do with its facts.
+        # v3: what an extractor should do with its facts; forgetting by rank.
         "reconcile",
+        "compact",
     }
     assert all(issubclass(cls, Request) for cls in REQUEST_TYPES.values())
 
@@ -448,6 +449,7 @@ _NAMED: dict[str, dict[str, object]] = {
     "archive_state": {"workspace": _NFD, "name": _NFD},
     "capture": {"tool": "t", "workspace": _NFD},
     "reconcile": {"facts": [{"content": "x"}], "workspace": _NFD},
+    "compact": {"type": "fact", "keep": 1, "by": "recency", "workspace": _NFD},
     "import": {
         "memories": [
             {
