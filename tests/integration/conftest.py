@@ -23,6 +23,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import nats
 import pytest
@@ -154,20 +155,30 @@ def transport() -> str:
     return os.environ.get("MEMBUS_TEST_TRANSPORT", "in_process")
 
 
-@pytest.fixture(scope="session")
-async def in_process(servers: Servers) -> AsyncIterator[InProcess]:
-    """The operations of a handler (hash embedder, as the handler processes) in this process."""
-    settings = load_settings({"MEMBUS_EMBEDDER": "hash", "MEMBUS_REDIS_URL": servers.redis_url})
-    client = redis_client(settings.redis_url)
-    events = await nats.connect(servers.nats_url)
+@contextlib.asynccontextmanager
+async def _handler_here(nats_url: str, redis_url: str, client: Any) -> AsyncIterator[InProcess]:
+    """The operations of a handler (hash embedder, as the handler processes) in this
+    process, on `client`; their events go out on `nats_url`, where the tests listen."""
+    settings = load_settings({"MEMBUS_EMBEDDER": "hash", "MEMBUS_REDIS_URL": redis_url})
+    events = await nats.connect(nats_url)
     embedder = make_embedder(settings, client)
+    deps = make_deps(settings, client, embedder, events.publish, events.max_payload)
     try:
-        deps = make_deps(settings, client, embedder, events.publish, events.max_payload)
         yield InProcess(events, deps)
     finally:
         await events.drain()
         await embedder.close()
+        await deps.store.replicas.aclose()
         await client.aclose()
+
+
+@pytest.fixture(scope="session")
+async def in_process(servers: Servers) -> AsyncIterator[InProcess]:
+    """A handler in this process on the session's Redis."""
+    async with _handler_here(
+        servers.nats_url, servers.redis_url, redis_client(servers.redis_url)
+    ) as here:
+        yield here
 
 
 @pytest.fixture(scope="session")
@@ -189,19 +200,10 @@ async def on_cluster(servers: Servers, redis_cluster: EmbeddedStack) -> AsyncIte
     """The operations of a handler in this process, on the Redis Cluster (events still go
     out on the session's NATS, where the tests listen)."""
     url = redis_cluster.redis_url
-    settings = load_settings({"MEMBUS_EMBEDDER": "hash", "MEMBUS_REDIS_URL": url})
     client, known = await open_redis(url)
     assert known and is_cluster(client)
-    events = await nats.connect(servers.nats_url)
-    embedder = make_embedder(settings, client)
-    try:
-        deps = make_deps(settings, client, embedder, events.publish, events.max_payload)
-        yield InProcess(events, deps)
-    finally:
-        await events.drain()
-        await embedder.close()
-        await deps.store.replicas.aclose()
-        await client.aclose()
+    async with _handler_here(servers.nats_url, url, client) as here:
+        yield here
 
 
 @pytest.fixture
