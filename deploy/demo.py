@@ -116,7 +116,9 @@ async def durable_demo(bus: MemoryBus) -> None:
     await bus.nc.flush()
     accepted = await lead.durable.add("decision", "Release on Friday")
     print(f"  accepted by stream {accepted.stream} (seq {accepted.seq}): not lost from here on")
-    applied = json.loads((await sub.next_msg(timeout=10)).data)
+    # A NATS cluster that just restarted takes 10 to 15 s to elect the stream's leaders
+    # before the handlers pull from it: the write waits in the stream meanwhile.
+    applied = json.loads((await sub.next_msg(timeout=60)).data)
     await sub.unsubscribe()
     print(f"  applied: {applied['action']} {applied['id']} (request_id {applied['request_id']})")
     await lead.add("context", "Friday's release notes draft is in notes/rel.md", store="social")
