@@ -159,7 +159,12 @@ class DurableWrites:
             )
             info = await self.js.stream_info(DURABLE_STREAM)
             self._created_us = _micros(info.created)
-        except (ServiceUnavailableError, NotFoundError, nats.errors.NoRespondersError) as exc:
+        except (
+            ServiceUnavailableError,
+            NotFoundError,
+            nats.errors.NoRespondersError,
+            nats.errors.TimeoutError,
+        ) as exc:
             log.warning("durable.off", reason=f"JetStream is not available: {exc!r}")
             return False
         log.info("durable.on", stream=DURABLE_STREAM, consumer=DURABLE_CONSUMER, replicas=replicas)
@@ -182,6 +187,11 @@ class DurableWrites:
                     raise
                 log.info("durable.waiting_for_jetstream", error=exc.description)
                 await asyncio.sleep(0.5)
+            except nats.errors.TimeoutError:
+                # A restarted cluster: no meta leader answers until it has elected one.
+                if asyncio.get_running_loop().time() > deadline:
+                    raise
+                log.info("durable.waiting_for_jetstream", error="no answer from JetStream yet")
 
     async def run(self, stop: asyncio.Event) -> None:
         """Pull and apply writes until `stop` is set (the batch in hand is finished)."""
