@@ -41,20 +41,29 @@ def parse_search(raw: Any, with_scores: bool = False) -> Found:
         return Found(int(raw[b"total_results"]), docs)
     total, rest = int(raw[0]), raw[1:]
     step = 3 if with_scores else 2
-    if rest and not with_scores and not isinstance(rest[1 if len(rest) > 1 else 0], list):
+    # A document's fields are a list, or None when its key expired (or was deleted) between
+    # the match and the load: such a document is left out. A key or a score in that place
+    # means the reply has no fields at all (NOCONTENT).
+    if rest and not with_scores and _is_scalar(rest[1 if len(rest) > 1 else 0]):
         return Found(total, [(text(key), {}) for key in rest])  # NOCONTENT
-    if with_scores and len(rest) > 1 and not isinstance(rest[2 if len(rest) > 2 else 1], list):
+    if with_scores and len(rest) > 1 and _is_scalar(rest[2 if len(rest) > 2 else 1]):
         # NOCONTENT WITHSCORES: key, score, key, score, ...
         return Found(
             total, [(text(rest[i]), {"__score": text(rest[i + 1])}) for i in range(0, len(rest), 2)]
         )
     docs = []
     for i in range(0, len(rest), step):
+        if rest[i + step - 1] is None:
+            continue
         fields = pairs(rest[i + step - 1])
         if with_scores:
             fields["__score"] = text(rest[i + 1])
         docs.append((text(rest[i]), fields))
     return Found(total, docs)
+
+
+def _is_scalar(item: Any) -> bool:
+    return item is not None and not isinstance(item, list)
 
 
 def _parse_search_text(raw: dict[Any, Any], with_scores: bool) -> Found:

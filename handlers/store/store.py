@@ -117,6 +117,8 @@ def _decode_docs(ns: str, found: Found, shape: type[D]) -> list[D]:
     """An FT.SEARCH page as Structs (each document's id comes from its key)."""
     out = []
     for key, fields in found.docs:
+        if not fields:  # its key expired between the match and the load
+            continue
         fields["id"] = keys.id_of(ns, key)
         out.append(decode(shape, fields))
     return out

@@ -49,3 +49,15 @@ def test_ids_and_scores_only_in_either_protocol() -> None:
 def test_resp2_fields_and_scores() -> None:
     raw = [1, b"k1", b"1.5", [b"type", b"fact"]]
     assert parse_search(raw, with_scores=True).docs == [("k1", {"type": "fact", "__score": "1.5"})]
+
+
+def test_a_document_whose_key_went_between_match_and_load_is_left_out() -> None:
+    # RediSearch answers None in place of the fields of a document whose hash expired (or
+    # was deleted) after the query matched it; first or later, it must not be read as a
+    # reply without fields.
+    raw = [3, b"k1", None, b"k2", [b"type", b"fact"], b"k3", None]
+    assert parse_search(raw).docs == [("k2", {"type": "fact"})]
+    scored = [2, b"k1", b"1.5", None, b"k2", b"0.5", [b"type", b"fact"]]
+    assert parse_search(scored, with_scores=True).docs == [
+        ("k2", {"type": "fact", "__score": "0.5"})
+    ]
