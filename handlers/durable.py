@@ -59,10 +59,12 @@ MAX_BACKOFF_S = 30.0
 START_WITHIN_S = 30.0
 
 
-def cluster_size(server_info: dict[str, Any]) -> int:
-    """How many NATS servers the connected one says its cluster has (its INFO's client URLs,
-    itself included; none outside a cluster)."""
-    return max(1, len(server_info.get("connect_urls") or []))
+def cluster_size(server_info: dict[str, Any], configured: int = 1) -> int:
+    """How many NATS servers there are: as many as the connected one says its cluster has
+    (its INFO's client URLs, itself included; none outside a cluster), or as the handler
+    was given in MEMBUS_NATS_URL if more (a cluster still forming its routes lists only the
+    servers it has met so far)."""
+    return max(1, configured, len(server_info.get("connect_urls") or []))
 
 
 def stream_replicas(setting: int, servers: int) -> int:
@@ -146,7 +148,10 @@ class DurableWrites:
         """Create or update the stream and the shared consumer; False when this NATS has no
         JetStream (durable writes are then off; request/reply works as ever)."""
         settings = self.deps.settings
-        replicas = stream_replicas(settings.stream_replicas, cluster_size(self.nc._server_info))
+        given = len(self.nc.servers) - len(self.nc.discovered_servers)
+        replicas = stream_replicas(
+            settings.stream_replicas, cluster_size(self.nc._server_info, given)
+        )
         config = stream_config(settings.durable_duplicate_window_s, replicas)
         try:
             await self._create_stream(config)

@@ -84,6 +84,8 @@ async def stream_ready(bus: MemoryBus, timeout: float = 60) -> Any:
 def test_replicas_follow_the_cluster_up_to_three() -> None:
     assert cluster_size({}) == 1
     assert cluster_size({"connect_urls": ["a:1", "b:1", "c:1", "d:1", "e:1"]}) == 5
+    # Still forming: the server has met one other so far, the handler was given three.
+    assert cluster_size({"connect_urls": ["a:1", "b:1"]}, configured=3) == 3
     assert [stream_replicas(0, n) for n in (1, 2, 3, 5)] == [1, 2, 3, 3]
     assert stream_replicas(2, 5) == 2  # MEMBUS_STREAM_REPLICAS overrides
 
