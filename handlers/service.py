@@ -97,7 +97,9 @@ async def open_redis(url: str, max_connections: int = 144) -> tuple[Any, bool]:
         # FT.SEARCH replies the store does not read the same way.
         protocol=2,
         max_connections=max_connections,
-        socket_connect_timeout=1.0,
+        # A connect timeout makes redis-py drop the node's idle connections (see
+        # `cluster.Cluster`): more room than one server's 1 s, for a burst of new ones.
+        socket_connect_timeout=5.0,
         socket_timeout=5.0,
     )
     await client.initialize()

@@ -17,6 +17,7 @@ an index on every node and fans a query out; the names route the same way there.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -30,18 +31,24 @@ def is_cluster(client: Any) -> bool:
 
 
 class Cluster(RedisCluster):
-    """redis-py's cluster client, with one fix: a command whose new connection was torn
-    down under it while connecting (redis-py 8.1 raises AttributeError on the writer it
-    set to None, now and then under concurrent requests) is sent once more. It was never
-    written, so sending it again cannot apply it twice."""
+    """redis-py's cluster client, with one fix. When a command of one request fails to
+    connect (a timeout on a busy machine), redis-py 8.1 disconnects the node's free
+    connections without taking them out of use; another request that just took one then
+    fails writing to it (AttributeError on the writer set to None). Such a command was
+    never written, so it is sent again (a few times: the disconnects come in a burst)."""
 
     async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return await super().execute_command(*args, **kwargs)
-        except AttributeError as exc:
-            if "writelines" not in str(exc):
-                raise
-            return await super().execute_command(*args, **kwargs)
+        for attempt in range(_RESENDS):
+            try:
+                return await super().execute_command(*args, **kwargs)
+            except AttributeError as exc:
+                if "writelines" not in str(exc) or attempt == _RESENDS - 1:
+                    raise
+                await asyncio.sleep(0.01 * (attempt + 1))
+        raise AssertionError("unreachable")
+
+
+_RESENDS = 4
 
 
 async def is_cluster_url(url: str) -> bool:
