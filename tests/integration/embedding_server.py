@@ -11,6 +11,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from handlers.embed import HashEmbedder
 
 
+def send_json(handler: BaseHTTPRequestHandler, payload: object) -> None:
+    """Answer a request of a stand-in HTTP API with `payload` as JSON (200)."""
+    out = json.dumps(payload).encode()
+    handler.send_response(200)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(out)))
+    handler.end_headers()
+    handler.wfile.write(out)
+
+
 class EmbeddingServer:
     def __init__(self, dimension: int = 64) -> None:
         self.embedder = HashEmbedder(dimension)
@@ -33,19 +43,15 @@ class EmbeddingServer:
                     {"object": "embedding", "index": i, "embedding": server.vector(t)}
                     for i, t in enumerate(inputs)
                 ]
-                out = json.dumps(
+                send_json(
+                    self,
                     {
                         "object": "list",
                         "data": data,
                         "model": body["model"],
                         "usage": {"prompt_tokens": 0, "total_tokens": 0},
-                    }
-                ).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(out)))
-                self.end_headers()
-                self.wfile.write(out)
+                    },
+                )
 
             def log_message(self, *args: object) -> None:
                 return None

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from embedding_server import send_json
 
 from bus import AgentMemory
 
@@ -46,18 +47,8 @@ def chat_api() -> Iterator[tuple[StandIn, str]]:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             state.requests.append({"path": self.path, **body})
             state.headers.append(dict(self.headers))
-            out = json.dumps(
-                {
-                    "choices": [
-                        {"index": 0, "message": {"role": "assistant", "content": state.reply}}
-                    ]
-                }
-            ).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(out)))
-            self.end_headers()
-            self.wfile.write(out)
+            message = {"role": "assistant", "content": state.reply}
+            send_json(self, {"choices": [{"index": 0, "message": message}]})
 
         def log_message(self, *args: Any) -> None:
             pass
