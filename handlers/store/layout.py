@@ -21,7 +21,7 @@ import structlog
 
 from contracts.subjects import is_valid_namespace
 from handlers.store.cluster import is_cluster
-from handlers.store.indexes import Indexes
+from handlers.store.indexes import Indexes, batches
 from handlers.store.keys import ROOT, meta_key, ns_prefix
 from handlers.store.resp import index_prefixes, text
 from handlers.store.schema import NamespaceMeta
@@ -99,21 +99,28 @@ async def _migrate(client: Any, indexes: Indexes, token: str) -> int:
         # The old name, over the old prefix: dropped (memories kept), made again after.
         await client.execute_command("FT.DROPINDEX", f"{ROOT}:{ns}")
     renamed = 0
-    async for old in client.scan_iter(match=f"{ROOT}:[^{{]*", count=1000):
-        name = text(old)
-        new = new_name(name, text(await client.type(name)))
-        if new is None:
-            continue
-        try:
-            await client.rename(name, new)
-        except Exception as exc:  # expired between SCAN and RENAME
-            if "no such key" not in str(exc).lower():
-                raise
-            continue
-        renamed += 1
-        if renamed % 1000 == 0:
-            await client.set(_LOCK_KEY, token, ex=_LOCK_S)
-            log.info("layout.migrating", renamed=renamed)
+    # A batch of keys at a time: their types in one round trip, their renames in another.
+    async for batch in batches(client.scan_iter(match=f"{ROOT}:[^{{]*", count=1000)):
+        names = [text(old) for old in batch]
+        pipe = client.pipeline(transaction=False)
+        for name in names:
+            pipe.type(name)
+        kinds = await pipe.execute()
+        moves = [
+            (name, new)
+            for name, kind in zip(names, kinds, strict=True)
+            if (new := new_name(name, text(kind))) is not None
+        ]
+        pipe = client.pipeline(transaction=False)
+        for name, new in moves:
+            pipe.rename(name, new)
+        for outcome in await pipe.execute(raise_on_error=False):
+            if not isinstance(outcome, Exception):
+                renamed += 1
+            elif "no such key" not in str(outcome).lower():  # not expired since the SCAN
+                raise outcome
+        await client.set(_LOCK_KEY, token, ex=_LOCK_S)
+        log.info("layout.migrating", renamed=renamed)
     for ns in own:
         raw = await client.get(meta_key(ns))
         meta = msgspec.json.decode(raw, type=NamespaceMeta) if raw else indexes.mine
