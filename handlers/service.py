@@ -40,7 +40,7 @@ from handlers.ops.deps import Deps, Publish
 from handlers.settings import Settings, SettingsError, load_settings
 from handlers.store import layout
 from handlers.store.cluster import Cluster, is_cluster_url
-from handlers.store.failures import as_unavailable
+from handlers.store.failures import is_connection_error
 from handlers.store.keys import EMBED_CACHE
 from handlers.store.store import Store
 from handlers.tracing import (
@@ -124,10 +124,10 @@ async def _keep_layout(
             known = True
             renamed = await layout.ensure(deps.store.client, deps.store.indexes)
         except Exception as exc:
-            if as_unavailable(exc) is None and not isinstance(exc, OSError):
-                log.exception("layout.failed")
-            else:
+            if is_connection_error(exc):
                 log.warning("layout.redis_unavailable", error=str(exc))
+            else:
+                log.exception("layout.failed")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), 0.5)
             continue
