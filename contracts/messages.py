@@ -384,6 +384,15 @@ class RecallRequest(Request, kw_only=True):
         return self.message if self.message is not None else " ".join(self.messages)
 
 
+def _no_states(type_: str, op: str) -> None:
+    """A bulk delete refuses the `state` type: states never change."""
+    if type_ == STATE_TYPE:
+        raise ValueError(
+            f"States are immutable: {op} cannot delete them. Use archive_state to hide a"
+            " state from list_states."
+        )
+
+
 class CompactRequest(Request, kw_only=True):
     """Keep the best `keep` current memories of a type in scope, delete the rest (v3)."""
 
@@ -395,11 +404,7 @@ class CompactRequest(Request, kw_only=True):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.type == STATE_TYPE:
-            raise ValueError(
-                "States are immutable: compact cannot delete them. Use archive_state to hide"
-                " a state from list_states."
-            )
+        _no_states(self.type, "compact")
 
 
 class ClearByTypeRequest(Request, kw_only=True):
@@ -409,11 +414,7 @@ class ClearByTypeRequest(Request, kw_only=True):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.type == STATE_TYPE:
-            raise ValueError(
-                "States are immutable: clear_by_type cannot delete them. Use archive_state to"
-                " hide a state from list_states."
-            )
+        _no_states(self.type, "clear_by_type")
         if self.scope == "workflow" and self.workflow_id is None:
             raise ValueError(
                 "clear_by_type deletes in bulk, so it never guesses: give a `workflow_id`"
