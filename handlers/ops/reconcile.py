@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
+from contracts import limits
 from contracts.messages import (
     Neighbour,
     Reconciled,
@@ -24,8 +25,10 @@ from handlers.store.filters import read_filter
 from handlers.store.record import Candidate
 
 # Neighbours are looked for among this many nearest memories (any type), so that the
-# nearest of the fact's own type is found even behind closer ones of other types.
+# nearest of the fact's own type is found even behind closer ones of other types; more
+# than the most neighbours a request may ask for.
 _POOL = 20
+assert limits.MAX_RECONCILE_NEIGHBOURS <= _POOL
 
 
 def normal(text: str) -> str:
@@ -45,9 +48,7 @@ async def reconcile(ns: str, req: ReconcileRequest, deps: Deps) -> ReconcileRepl
     now = deps.clock()
     scope = read_scope("both", req.workflow_id, req.workspace, deps.access.stores)
     where = read_filter(now, scope, current=True)
-    found = await asyncio.gather(
-        *(deps.store.knn(ns, vec, where, max(_POOL, req.limit)) for vec in vectors)
-    )
+    found = await asyncio.gather(*(deps.store.knn(ns, vec, where, _POOL) for vec in vectors))
     ids = list(dict.fromkeys(c.id for cands in found for c in cands))
     fetched = await deps.store.fetch(ns, ids, now, count_access=False)
     contents = {f.record.id: f.record.content for f in fetched if f is not None}

@@ -42,13 +42,14 @@ class Cluster(RedisCluster):
     failure. A handler's throughput on a cluster is then about one Redis round trip per
     command: run more handlers. Failures left are `unavailable` (store.failures)."""
 
+    # Made on first use, inside the event loop that runs the commands.
+    _one: asyncio.Lock | None = None
+
     async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
         if self._one is None:
             self._one = asyncio.Lock()
         async with self._one:
             return await super().execute_command(*args, **kwargs)
-
-    _one: asyncio.Lock | None = None
 
 
 async def is_cluster_url(url: str) -> bool:
