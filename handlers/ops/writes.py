@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Awaitable, Callable
 
 import msgspec
 import numpy as np
@@ -410,16 +411,32 @@ async def clear_by_type(ns: str, req: ClearByTypeRequest, deps: Deps) -> ClearBy
         scope = ReadScope(workflow_id=None, general=True, stores=stores)
     else:
         scope = ReadScope(workflow_id=req.workflow_id, general=False, stores=stores)
+
+    async def batch() -> tuple[list[str], int]:
+        where = read_filter(deps.clock(), scope, types=[req.type])
+        return await deps.store.ids(ns, where, CLEAR_BATCH)
+
+    return await _delete_in_bounded_calls(ns, req, deps, batch)
+
+
+async def _delete_in_bounded_calls(
+    ns: str,
+    req: ClearByTypeRequest | CompactRequest,
+    deps: Deps,
+    batch: Callable[[], Awaitable[tuple[list[str], int]]],
+    reason: str | None = None,
+) -> ClearByTypeReply:
+    """Delete what `batch` names (ids, and how many are left to delete counting them)
+    until it names nothing, or for about CLEAR_BUDGET_S (call again while `remaining`)."""
     total = 0
     stop_at = time.monotonic() + CLEAR_BUDGET_S
     while True:
-        where = read_filter(deps.clock(), scope, types=[req.type])
-        ids, matching = await deps.store.ids(ns, where, CLEAR_BATCH)
+        ids, left = await batch()
         if not ids:
             return ClearByTypeReply(deleted=total)
         if total and time.monotonic() >= stop_at:  # every call deletes at least one batch
-            return ClearByTypeReply(deleted=total, remaining=matching)
-        deleted, _ = await _delete_and_announce(ns, ids, req, deps)
+            return ClearByTypeReply(deleted=total, remaining=left)
+        deleted, _ = await _delete_and_announce(ns, ids, req, deps, reason)
         total += deleted
         if deleted == 0:
             # Everything we saw was removed by someone else meanwhile; the index has caught up.
@@ -440,19 +457,13 @@ async def compact(ns: str, req: CompactRequest, deps: Deps) -> ClearByTypeReply:
     type_config(deps.settings.types, req.type)
     flow = "workflow" if req.workflow_id is not None else "general"
     scope = read_scope(flow, req.workflow_id, req.workspace, deps.access.stores)
-    total = 0
-    stop_at = time.monotonic() + CLEAR_BUDGET_S
-    while True:
+
+    async def batch() -> tuple[list[str], int]:
         where = read_filter(deps.clock(), scope, types=[req.type], current=True)
         doomed, matching = await _beyond_keep(ns, where, req, deps)
-        if not doomed:
-            return ClearByTypeReply(deleted=total)
-        if total and time.monotonic() >= stop_at:  # every call deletes at least one batch
-            return ClearByTypeReply(deleted=total, remaining=max(0, matching - req.keep))
-        deleted, _ = await _delete_and_announce(ns, doomed, req, deps, reason="compacted")
-        total += deleted
-        if deleted == 0:  # removed by someone else meanwhile: the index has caught up
-            continue
+        return doomed, max(0, matching - req.keep)
+
+    return await _delete_in_bounded_calls(ns, req, deps, batch, reason="compacted")
 
 
 async def _beyond_keep(
