@@ -624,6 +624,9 @@ class Filters(TypedDict, total=False):
     include_superseded: bool
     # Only this workspace's (default: the handle's, if it has one).
     workspace: str | None
+    # v3: what was valid at this time, memories superseded since included (default: now,
+    # current memories only).
+    as_of: datetime | None
 
 
 class AgentMemory:
@@ -711,6 +714,8 @@ class AgentMemory:
         supersedes: Sequence[str] = (),
         workspace: str | None = None,
         store: Literal["private", "shared", "social"] | None = None,
+        valid_from: datetime | None = None,
+        valid_until: datetime | None = None,
     ) -> AddRequest:
         """The request of `add` (see it), with this handle's identity and workspace."""
         return _build(
@@ -736,6 +741,8 @@ class AgentMemory:
             supersedes=list(supersedes),
             workspace=workspace or self._workspace,
             store=store,
+            valid_from=valid_from,
+            valid_until=valid_until,
             context=self._context,
         )
 
@@ -751,6 +758,8 @@ class AgentMemory:
         `missing`).
 
         `store` picks the trust-gated store (default: the connection's trust decides).
+        `valid_from` / `valid_until` say when the fact held in the world (v3); a memory
+        whose `valid_until` has passed is left out of reads unless they ask `as_of`.
         Through JetStream instead: `mem.durable.add(...)` (see `DurableWrites`).""",
     )
 
@@ -762,6 +771,8 @@ class AgentMemory:
         tags: Sequence[str] | None = None,
         importance: float | None = None,
         ttl_s: int | None = None,
+        valid_from: datetime | msgspec.UnsetType | None = msgspec.UNSET,
+        valid_until: datetime | msgspec.UnsetType | None = msgspec.UNSET,
     ) -> UpdateRequest:
         """The request of `update` (see it), with this handle's identity."""
         return _build(
@@ -771,6 +782,8 @@ class AgentMemory:
             tags=_opt_list(tags),
             importance=importance,
             ttl_s=ttl_s,
+            valid_from=valid_from,
+            valid_until=valid_until,
             agent_id=self._agent_id,
             context=self._context,
         )
@@ -779,7 +792,8 @@ class AgentMemory:
         "update",
         UpdateReply,
         update_request,
-        """Change one memory; `ttl_s=0` makes it permanent. Unknown id: `NotFound`.
+        """Change one memory; `ttl_s=0` makes it permanent; `valid_until=None` (or
+        `valid_from=None`) opens that validity bound. Unknown id: `NotFound`.
         Through JetStream: `mem.durable.update(...)` (an unknown id then comes back as a
         `rejected` event).""",
     )
@@ -896,6 +910,7 @@ class AgentMemory:
         max_tokens: int | None = None,
         include_superseded: bool = False,
         workspace: str | None = None,
+        as_of: datetime | None = None,
     ) -> RecallReply:
         """Before a model turn: the memories to put in the prompt (`reply.block` is ready
         text), leaving out what this session was given in its last `reinject_after` turns.
@@ -925,6 +940,7 @@ class AgentMemory:
             max_tokens=max_tokens,
             include_superseded=include_superseded,
             workspace=workspace or self._workspace,
+            as_of=as_of,
             context=self._context,
         )
         return await self._bus.request("recall", req, RecallReply)
@@ -940,6 +956,7 @@ class AgentMemory:
         types: Sequence[str] | None = None,
         mode: Literal["compact"] = "compact",
         include_superseded: bool = False,
+        as_of: datetime | None = None,
     ) -> CompactTimelineReply: ...
 
     @overload
@@ -953,6 +970,7 @@ class AgentMemory:
         types: Sequence[str] | None = None,
         mode: Literal["full"],
         include_superseded: bool = False,
+        as_of: datetime | None = None,
     ) -> TimelineReply: ...
 
     async def timeline(
@@ -965,6 +983,7 @@ class AgentMemory:
         types: Sequence[str] | None = None,
         mode: Literal["compact", "full"] = "compact",
         include_superseded: bool = False,
+        as_of: datetime | None = None,
     ) -> TimelineReply | CompactTimelineReply:
         """The memories just before and after `anchor` (an id) in this agent's scope,
         oldest first; `reply.memories[reply.anchor_index]` is the anchor."""
@@ -978,6 +997,7 @@ class AgentMemory:
             types=_opt_list(types),
             mode=mode,
             include_superseded=include_superseded,
+            as_of=as_of,
             context=self._context,
         )
         reply_type = TimelineReply if mode == "full" else CompactTimelineReply

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -134,6 +134,22 @@ def nfc_names(struct: msgspec.Struct, fields: tuple[str, ...] = NAME_FIELDS) -> 
             setattr(struct, field, [unicodedata.normalize("NFC", v) for v in value])
 
 
+def check_validity(valid_from: datetime | None, valid_until: datetime | None) -> None:
+    """v3: a validity window ends after it starts (either bound may be open)."""
+    if valid_from is None or valid_until is None:
+        return
+    # A time without an offset is UTC, as everywhere in the protocol.
+    if valid_from.tzinfo is None:
+        valid_from = valid_from.replace(tzinfo=UTC)
+    if valid_until.tzinfo is None:
+        valid_until = valid_until.replace(tzinfo=UTC)
+    if valid_until <= valid_from:
+        raise ValueError(
+            "`valid_until` must be after `valid_from` (the fact held from `valid_from` up to,"
+            " not including, `valid_until`); leave either out for an open bound"
+        )
+
+
 class Request(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, kw_only=True):
     """Base of every request body. A subclass with a `__post_init__` of its own calls this
     one first."""
@@ -177,10 +193,15 @@ class AddRequest(Request, kw_only=True):
     # The store it goes in; by default the caller's trust decides (full: private, inner:
     # shared, familiar: social). A store the caller cannot see is `forbidden`.
     store: MemoryStore | None = None
+    # v3: when the fact held in the world (beside `created_at`, when it was learnt); null:
+    # open. Without `valid_from` it holds from `created_at`.
+    valid_from: datetime | None = None
+    valid_until: datetime | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
         self.tags = normalize_tags(self.tags)
+        check_validity(self.valid_from, self.valid_until)
         if self.content is None:
             if self.title is None:
                 raise ValueError(
@@ -221,15 +242,23 @@ class UpdateRequest(Request, kw_only=True):
     importance: Importance | None = None
     ttl_s: TtlSeconds | None = None
     agent_id: AgentId | None = None
+    # v3: a new validity bound; null opens it (absent: unchanged).
+    valid_from: datetime | msgspec.UnsetType | None = msgspec.UNSET
+    valid_until: datetime | msgspec.UnsetType | None = msgspec.UNSET
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.tags is not None:
             self.tags = normalize_tags(self.tags)
-        if (self.content, self.tags, self.importance, self.ttl_s) == (None, None, None, None):
+        given = (self.content, self.tags, self.importance, self.ttl_s)
+        unset = msgspec.UNSET
+        if given == (None, None, None, None) and self.valid_from is self.valid_until is unset:
             raise ValueError(
-                "update changes nothing: give at least one of content, tags, importance, ttl_s"
+                "update changes nothing: give at least one of content, tags, importance,"
+                " ttl_s, valid_from, valid_until"
             )
+        if self.valid_from is not unset and self.valid_until is not unset:
+            check_validity(self.valid_from, self.valid_until)
 
 
 class SearchRequest(Request, kw_only=True):
@@ -260,6 +289,9 @@ class SearchRequest(Request, kw_only=True):
     # Only memories of this workspace; without a `workflow_id`, all of them, whatever
     # workflow wrote them.
     workspace: Name | None = None
+    # v3: read as of this instant: only memories valid then (superseded ones included if
+    # they were); without it, current memories only.
+    as_of: datetime | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -292,6 +324,9 @@ class ListRequest(Request, kw_only=True):
     # Only memories of this workspace; without a `workflow_id`, all of them, whatever
     # workflow wrote them.
     workspace: Name | None = None
+    # v3: read as of this instant: only memories valid then (superseded ones included if
+    # they were); without it, current memories only.
+    as_of: datetime | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -322,6 +357,9 @@ class TimelineRequest(Request, kw_only=True):
     types: TypeList | None = None
     mode: Literal["compact", "full"] = "compact"
     include_superseded: bool = False
+    # v3: read as of this instant: only memories valid then (superseded ones included if
+    # they were); without it, current memories only.
+    as_of: datetime | None = None
 
 
 class PeopleRequest(Request, kw_only=True):
@@ -370,6 +408,9 @@ class RecallRequest(Request, kw_only=True):
     # Only memories of this workspace; without a `workflow_id`, all of them, whatever
     # workflow wrote them.
     workspace: Name | None = None
+    # v3: read as of this instant: only memories valid then (superseded ones included if
+    # they were); without it, current memories only.
+    as_of: datetime | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -584,10 +625,13 @@ class ImportedMemory(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # The exact-dedup key as exported ("" outside dedup); absent: computed as `add` does.
     content_hash: Annotated[str, msgspec.Meta(max_length=64)] | None = None
     embedding: Embedding | None = None
+    valid_from: datetime | None = None
+    valid_until: datetime | None = None
 
     def __post_init__(self) -> None:
         nfc_names(self)
         self.tags = normalize_tags(self.tags)
+        check_validity(self.valid_from, self.valid_until)
 
 
 class ImportRequest(Request, kw_only=True):
@@ -635,6 +679,10 @@ class Memory(msgspec.Struct, kw_only=True):
     workspace: str | None = None
     # The trust-gated store it is in (a memory stored without one is private).
     store: MemoryStore = "private"
+    # v3: when the fact held (null: open; no `valid_from` means from `created_at`). A
+    # supersede closes `valid_until` at the newer memory's start.
+    valid_from: datetime | None = None
+    valid_until: datetime | None = None
 
 
 class ScoredMemory(Memory, kw_only=True):

@@ -26,6 +26,18 @@ _SUPERSEDED = "Also return memories that a newer one superseded (changed decisio
 _WORKSPACE_FILTER = (
     "Only memories of this workspace. Leave out to use the configured workspace, if any."
 )
+_AS_OF = (
+    "Read as of this time (ISO 8601): only what was valid then, including memories replaced"
+    " since. Leave out for what holds now."
+)
+_VALID_FROM = (
+    "When the fact started to hold in the world (ISO 8601), if not when you learnt it"
+    " (e.g. a move last month)."
+)
+_VALID_UNTIL = (
+    "When the fact stopped (or will stop) holding (ISO 8601); after it, reads leave the"
+    " memory out unless they ask `as_of` an earlier time."
+)
 _MAX_TOKENS = "Stop adding results once they would pass this many tokens (saves your context)."
 _ID = "A memory id, as returned by memory_add, memory_search or memory_list."
 _TAGS_WRITE = (
@@ -81,6 +93,8 @@ FIELD_TEXTS: dict[str, dict[str, str]] = {
             ' circle) or "social" (also familiar agents). Leave out for your default; a store'
             " you cannot see is refused."
         ),
+        "valid_from": _VALID_FROM,
+        "valid_until": _VALID_UNTIL,
     },
     "memory_search": {
         "query": "What you are looking for, in plain words (keywords and ids match too).",
@@ -101,6 +115,7 @@ FIELD_TEXTS: dict[str, dict[str, str]] = {
         "people": _PEOPLE_FILTER,
         "include_superseded": _SUPERSEDED,
         "workspace": _WORKSPACE_FILTER,
+        "as_of": _AS_OF,
     },
     "memory_describe": {"scope": _SCOPE_READ, "workspace": _WORKSPACE_FILTER},
     "memory_list": {
@@ -114,6 +129,7 @@ FIELD_TEXTS: dict[str, dict[str, str]] = {
         "people": _PEOPLE_FILTER,
         "include_superseded": _SUPERSEDED,
         "workspace": _WORKSPACE_FILTER,
+        "as_of": _AS_OF,
     },
     "memory_get": {"ids": "The ids of the memories to read in full."},
     "memory_update": {
@@ -122,6 +138,8 @@ FIELD_TEXTS: dict[str, dict[str, str]] = {
         "tags": "The new tags (replace the old ones).",
         "importance": "The new importance, 0..1.",
         "ttl_s": "Forget it this many seconds from now; 0 = keep forever.",
+        "valid_from": _VALID_FROM + " null: from when it was stored.",
+        "valid_until": _VALID_UNTIL + " null: still holds.",
     },
     "memory_delete": {"ids": "The ids of the memories to delete."},
     "memory_timeline": {
@@ -132,6 +150,7 @@ FIELD_TEXTS: dict[str, dict[str, str]] = {
         "types": _TYPES_FILTER,
         "mode": '"compact" (default) previews, or "full" records.',
         "include_superseded": _SUPERSEDED,
+        "as_of": _AS_OF,
     },
     "memory_history": {"id": _ID},
     "memory_people": {

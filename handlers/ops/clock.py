@@ -34,3 +34,12 @@ def expiry_dt(expires_ms: int) -> datetime | None:
 def expires_ms(now: int, ttl_s: int | None) -> int:
     """When a memory written now with this TTL expires (PERMANENT_MS: never; 0 or None)."""
     return now + ttl_s * 1000 if ttl_s else PERMANENT_MS
+
+
+def opt_dt(ms: int | None) -> datetime | None:
+    """An optional time as the protocol shows it (v3 validity bounds: null is open)."""
+    return None if ms is None else ms_to_dt(ms)
+
+
+def opt_ms(dt: datetime | None) -> int | None:
+    return None if dt is None else dt_to_ms(dt)

@@ -19,7 +19,7 @@ from handlers.ops.clock import ms_to_dt
 from handlers.ops.deps import Deps
 from handlers.ops.registry import handles
 from handlers.ops.replies import to_compact, to_memory
-from handlers.ops.scoping import read_scope
+from handlers.ops.scoping import read_scope, read_time
 from handlers.store.filters import ReadScope, Tag, read_filter
 from handlers.store.record import Mentions, Record, person_tag
 
@@ -54,7 +54,8 @@ async def timeline(
             f'Memory "{req.anchor}" is not in this scope (no such id, expired, or stored in'
             f" another workflow). Use mem.{ns}.list or mem.{ns}.search to find an anchor."
         )
-    where = read_filter(now, scope, types=req.types, current=not req.include_superseded)
+    when = await read_time(ns, req.as_of, req.include_superseded, deps, now)
+    where = read_filter(now, scope, types=req.types, current=when.current, as_of_ms=when.as_of_ms)
     at, key = anchor.created_at, _order(anchor)
     before: list[Record] = []
     after: list[Record] = []

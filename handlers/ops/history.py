@@ -11,7 +11,7 @@ from typing import Any
 
 from contracts.messages import Change, HistoryEntry, HistoryReply, HistoryRequest, Request
 from handlers.errors import NotFound
-from handlers.ops.clock import expiry_dt, ms_to_dt
+from handlers.ops.clock import expiry_dt, ms_to_dt, opt_dt
 from handlers.ops.deps import Deps
 from handlers.ops.registry import handles
 from handlers.store.record import Entry, Record
@@ -41,7 +41,22 @@ def _shown(rec: Record) -> dict[str, Any]:
         "tags": list(rec.tags),
         "importance": rec.importance,
         "expires_at": expiry_dt(rec.expires_at),
+        "valid_from": opt_dt(rec.valid_from),
+        "valid_until": opt_dt(rec.valid_until),
     }
+
+
+def _change(name: str, change: dict[str, Any]) -> Change:
+    """A stored change as replies show it: the supersede script records a closed validity
+    in epoch ms (Lua formats no dates)."""
+    old, new = change.get("old"), change.get("new")
+    if name in _TIMES:
+        old = ms_to_dt(old) if isinstance(old, int) else old
+        new = ms_to_dt(new) if isinstance(new, int) else new
+    return Change(old=old, new=new)
+
+
+_TIMES = ("valid_from", "valid_until")
 
 
 def update_changes(old: Record, new: Record) -> dict[str, dict[str, Any]]:
@@ -78,9 +93,7 @@ async def history(ns: str, req: HistoryRequest, deps: Deps) -> HistoryReply:
                 at=ms_to_dt(e.at),
                 agent_id=e.agent_id,
                 session_id=e.session_id,
-                changes={
-                    k: Change(old=v.get("old"), new=v.get("new")) for k, v in e.changes.items()
-                },
+                changes={k: _change(k, v) for k, v in e.changes.items()},
                 reason=e.reason,
             )
             for e in entries

@@ -20,7 +20,7 @@ from handlers.ops.clock import ms_to_dt
 from handlers.ops.deps import Deps
 from handlers.ops.registry import handles
 from handlers.ops.replies import to_compact, to_memory
-from handlers.ops.scoping import read_scope
+from handlers.ops.scoping import read_scope, read_time
 from handlers.store.filters import read_filter
 from handlers.store.record import Record, Summary
 from handlers.store.store import Page
@@ -54,16 +54,23 @@ async def list_(ns: str, req: ListRequest, deps: Deps) -> ListReply | CompactLis
     check_types(deps.settings.types, req.types)
     now = deps.clock()
     scope = read_scope(req.scope, req.workflow_id, req.workspace, deps.access.stores)
-    current = not req.include_superseded
+    when = await read_time(ns, req.as_of, req.include_superseded, deps, now)
+    current = when.current
     page: Page[Summary] | Page[Record] | None = None
-    if not (req.types or req.tags or req.people):
+    if not (req.types or req.tags or req.people or req.as_of):
         # Scope alone: the page comes from the writes' tallies, not a sort of the scope.
         page = await deps.store.newest(
             ns, scope, now, offset=req.offset, limit=req.limit, current=current
         )
     if page is None:
         where = read_filter(
-            now, scope, types=req.types, tags=req.tags, people=req.people, current=current
+            now,
+            scope,
+            types=req.types,
+            tags=req.tags,
+            people=req.people,
+            current=current,
+            as_of_ms=when.as_of_ms,
         )
         shape = Summary if req.mode == "compact" else Record
         page = await deps.store.page(ns, where, shape, offset=req.offset, limit=req.limit)

@@ -26,7 +26,7 @@ from handlers.ops.checks import check_types
 from handlers.ops.deps import Deps
 from handlers.ops.registry import handles
 from handlers.ops.replies import to_recalled, to_scored
-from handlers.ops.scoping import read_scope
+from handlers.ops.scoping import read_scope, read_time
 from handlers.ops.search import ranked_candidates
 from handlers.ops.vectors import request_vector
 from handlers.store.filters import always_recalled, read_filter
@@ -124,16 +124,20 @@ async def _candidates(ns: str, req: RecallRequest, deps: Deps, now: int) -> list
         limit=SEARCH_TOP,
         include_superseded=req.include_superseded,
         workspace=req.workspace,
+        as_of=req.as_of,
     )
     # Path 1 as a vector query over its filter: the cosine of each comes with it.
+    when = await read_time(ns, req.as_of, req.include_superseded, deps, now)
     scoped = read_filter(
         None,
         read_scope(req.scope, req.workflow_id, req.workspace, deps.access.stores),
         types=req.types,
         people=req.people,
-        current=not req.include_superseded,
+        current=when.current,
+        as_of_ms=when.as_of_ms,
     )
-    since = now - req.recent_s * 1000
+    # Recent as of the time read (v3 `as_of`), or now.
+    since = (now if when.as_of_ms is None else when.as_of_ms) - req.recent_s * 1000
     where = scoped & always_recalled(IDENTITY, req.min_importance, since)
     # The filter's text changes every millisecond; its count (for the hybrid policy) is
     # cached under the same filter to the minute.

@@ -47,6 +47,7 @@ async def reconcile(ns: str, req: ReconcileRequest, deps: Deps) -> ReconcileRepl
     vectors = await embed_texts(ns, deps, meta, [fact.content for fact in req.facts])
     now = deps.clock()
     scope = read_scope("both", req.workflow_id, req.workspace, deps.access.stores)
+    await deps.store.current_at(ns, now)
     where = read_filter(now, scope, current=True)
     found = await asyncio.gather(*(deps.store.knn(ns, vec, where, _POOL) for vec in vectors))
     ids = list(dict.fromkeys(c.id for cands in found for c in cands))

@@ -23,7 +23,7 @@ from contracts.messages import (
     ScoredMemory,
     preview,
 )
-from handlers.ops.clock import expiry_dt, ms_to_dt
+from handlers.ops.clock import expiry_dt, ms_to_dt, opt_dt, opt_ms
 from handlers.store.record import Record, Summary
 
 W = TypeVar("W", bound=msgspec.Struct)
@@ -38,6 +38,13 @@ TO_WIRE: dict[str, Callable[[Record], Any]] = {
     "created_at": lambda r: ms_to_dt(r.created_at),
     "updated_at": lambda r: ms_to_dt(r.updated_at),
     "expires_at": lambda r: expiry_dt(r.expires_at),
+    "valid_from": lambda r: opt_dt(r.valid_from),
+    "valid_until": lambda r: opt_dt(r.valid_until),
+}
+# Wire field -> its record value, where the two forms differ and `as_record` converts it.
+FROM_WIRE: dict[str, Callable[[Any], Any]] = {
+    "valid_from": opt_ms,
+    "valid_until": opt_ms,
 }
 # Wire fields of a memory that its record does not hold: the read that returns it gives them.
 READ_ONLY = frozenset(
@@ -64,11 +71,15 @@ def as_record(source: msgspec.Struct, **given: Any) -> Record:
     """A record from a wire struct (an import's memory, a request): the fields `Record`
     shares with it by name, and `given` for those computed or converted."""
     values = {
-        name: getattr(source, name)
+        name: FROM_WIRE.get(name, _same)(getattr(source, name))
         for name in source.__struct_fields__
         if name in _RECORD_FIELDS and name not in given
     }
     return Record(**values, **given)
+
+
+def _same(value: Any) -> Any:
+    return value
 
 
 def _counters(access_count: int, last_accessed_ms: int | None) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from handlers.ops.clock import dt_to_ms
 from handlers.ops.deps import Deps
 from handlers.ops.registry import handles
 from handlers.ops.replies import to_scored
-from handlers.ops.scoping import read_scope
+from handlers.ops.scoping import read_scope, read_time
 from handlers.ops.terms import query_terms
 from handlers.ops.vectors import request_vector
 from handlers.store.filters import CURRENT, ReadScope, Scoped, read_filter, text_terms
@@ -94,6 +94,7 @@ async def ranked_candidates(ns: str, req: SearchRequest, deps: Deps, now: int) -
     # Expiry is checked on the candidates below, not in the queries' filter: a numeric range
     # over every document slows RediSearch's hybrid KNN down.
     scope = read_scope(req.scope, req.workflow_id, req.workspace, deps.access.stores)
+    when = await read_time(ns, req.as_of, req.include_superseded, deps, now)
     where = read_filter(
         None,
         scope,
@@ -102,10 +103,11 @@ async def ranked_candidates(ns: str, req: SearchRequest, deps: Deps, now: int) -
         people=req.people,
         since_ms=dt_to_ms(req.since) if req.since else None,
         until_ms=dt_to_ms(req.until) if req.until else None,
+        as_of_ms=when.as_of_ms,
     )
     # The text query puts "not superseded" in each word's clause beside the filter, not in
     # it, and nothing around its OR of words (see `text_match`).
-    current = not req.include_superseded
+    current = when.current
     knn_where = where & CURRENT if current else where
     k = ranking.overfetch(req.limit)
     vec: np.ndarray | None = None
@@ -147,14 +149,14 @@ async def ranked_candidates(ns: str, req: SearchRequest, deps: Deps, now: int) -
         if vec is not None:
             # Scored among the candidates, every vector match has its text score already.
             full = (len(nearest) >= k, len(matches) >= k and not scored_among)
-            await _fill_missing_scores(ns, req, deps, c, vec, terms, where, full, now)
+            await _fill_missing_scores(ns, req, deps, c, vec, terms, where, full, now, current)
 
     return Found(mode, _ranked(mode, req, deps, c, now), vec)
 
 
 def _scoped(req: SearchRequest, scope: ReadScope, current: bool) -> Scoped | None:
     """The search's filter as a scope alone, when nothing else narrows it."""
-    narrowed = req.types or req.tags or req.people or req.since or req.until
+    narrowed = req.types or req.tags or req.people or req.since or req.until or req.as_of
     return None if narrowed else Scoped(scope, current)
 
 
@@ -201,6 +203,7 @@ async def _fill_missing_scores(
     where: FilterExpression,
     full: tuple[bool, bool],
     now: int,
+    current: bool,
 ) -> None:
     """Give hybrid candidates the signal their other query did not return: text matches the
     vector query missed get their true cosine, and vector matches beyond the text query's k
@@ -223,7 +226,7 @@ async def _fill_missing_scores(
         ]
     stored, rescored = await asyncio.gather(
         deps.store.vectors(ns, extra),
-        deps.store.text_scores(ns, terms, where, unscored, not req.include_superseded)
+        deps.store.text_scores(ns, terms, where, unscored, current)
         if unscored and linear
         else _no_scores(),
     )

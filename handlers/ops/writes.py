@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -32,7 +33,7 @@ from handlers.ops.checks import (
     type_config,
     unseen_ids,
 )
-from handlers.ops.clock import expires_ms, expiry_dt, ms_to_dt
+from handlers.ops.clock import expires_ms, expiry_dt, ms_to_dt, opt_ms
 from handlers.ops.deps import Deps
 from handlers.ops.events import publish_event
 from handlers.ops.history import entry, update_changes
@@ -104,6 +105,7 @@ async def _near_duplicate(
     scope = ReadScope(workflow_id=workflow_id, general=workflow_id is None, workspace=req.workspace)
     where = read_filter(None, scope, types=[req.type], current=True) & in_store(store)
     now = deps.clock()
+    await deps.store.current_at(ns, now)
     for cand in await deps.store.knn(ns, vec, where, 3):
         if cand.expires_at <= now:
             continue
@@ -199,7 +201,7 @@ async def add(ns: str, req: AddRequest, deps: Deps) -> AddReply:
             else:
                 reply = await _write(ns, req, rec, vec, deps)
     if req.supersedes:
-        await _supersede(ns, req, reply, deps)
+        await _supersede(ns, req, reply, deps, rec.valid_from or rec.created_at)
     if secrets.redacted:
         reply = msgspec.structs.replace(reply, redacted=secrets.redacted)
     return reply
@@ -239,9 +241,10 @@ async def _write(ns: str, req: AddRequest, rec: Record, vec: np.ndarray, deps: D
     return _added(rec)
 
 
-async def _supersede(ns: str, req: AddRequest, reply: AddReply, deps: Deps) -> None:
+async def _supersede(ns: str, req: AddRequest, reply: AddReply, deps: Deps, start_ms: int) -> None:
     """Mark the memories the add replaces (a memory never supersedes itself, nor one in a
-    store the caller cannot see: that is missing)."""
+    store the caller cannot see: that is missing), closing their validity at `start_ms`,
+    when the new one holds from."""
     now = deps.clock()
     ids = [mid for mid in dict.fromkeys(req.supersedes) if mid != reply.id]
     unseen = await unseen_ids(ns, ids, deps)
@@ -249,7 +252,7 @@ async def _supersede(ns: str, req: AddRequest, reply: AddReply, deps: Deps) -> N
         ids = [mid for mid in ids if mid not in unseen]
         reply.missing.extend(unseen)
     done = await deps.store.supersede(
-        ns, ids, reply.id, now, entry("superseded", now, req, req.agent_id)
+        ns, ids, reply.id, start_ms, now, entry("superseded", now, req, req.agent_id)
     )
     for mid, rec in zip(ids, done, strict=True):
         if rec is None:
@@ -261,7 +264,18 @@ async def _supersede(ns: str, req: AddRequest, reply: AddReply, deps: Deps) -> N
 
 
 # The request fields of an update, each one's last durable write marked on the memory.
-_UPDATABLE = ("content", "tags", "importance", "ttl_s")
+_UPDATABLE = ("content", "tags", "importance", "ttl_s", "valid_from", "valid_until")
+# Those where null is a value (an open bound), and leaving out is UNSET.
+_NULLABLE = frozenset({"valid_from", "valid_until"})
+
+
+def _given(req: UpdateRequest, name: str) -> bool:
+    return getattr(req, name) is not (msgspec.UNSET if name in _NULLABLE else None)
+
+
+def _left_out(names: set[str]) -> dict[str, Any]:
+    """Request fields that say "unchanged"."""
+    return {name: msgspec.UNSET if name in _NULLABLE else None for name in names}
 
 
 def _mark(position: tuple[int, int]) -> str:
@@ -298,7 +312,7 @@ async def update(ns: str, req: UpdateRequest, deps: Deps) -> UpdateReply:
             for name, mark in zip(_UPDATABLE, marks, strict=True)
             if mark and _marked(mark) >= write.position
         }
-        given = {name for name in _UPDATABLE if getattr(req, name) is not None}
+        given = {name for name in _UPDATABLE if _given(req, name)}
         if given <= later:
             now = deps.clock()
             rec = await deps.store.read(ns, req.id, now)
@@ -306,7 +320,7 @@ async def update(ns: str, req: UpdateRequest, deps: Deps) -> UpdateReply:
                 raise _missing(ns, req.id)
             return _updated(rec, rec.updated_at)
         if later & given:
-            req = msgspec.structs.replace(req, **dict.fromkeys(later & given))
+            req = msgspec.structs.replace(req, **_left_out(later & given))
         at = _mark(write.position)
         return await _update(ns, req, deps, {name: at for name in given - later})
 
@@ -350,6 +364,7 @@ async def _update(
         new = msgspec.structs.replace(new, importance=req.importance)
     if req.ttl_s is not None:
         new = msgspec.structs.replace(new, expires_at=expires_ms(now, req.ttl_s))
+    new = _revalidated(req, new)
     changes = update_changes(old, new)
     done = entry("updated", now, req, req.agent_id, changes)
     if not await deps.store.update(ns, old, new, vec, now, done, marks):
@@ -361,6 +376,23 @@ async def _update(
     if secrets.redacted:
         reply = msgspec.structs.replace(reply, redacted=secrets.redacted)
     return reply
+
+
+def _revalidated(req: UpdateRequest, new: Record) -> Record:
+    """`new` with the update's validity bounds (null opens one), checked together with the
+    bound it keeps."""
+    if not isinstance(req.valid_from, msgspec.UnsetType):
+        new = msgspec.structs.replace(new, valid_from=opt_ms(req.valid_from))
+    if not isinstance(req.valid_until, msgspec.UnsetType):
+        new = msgspec.structs.replace(new, valid_until=opt_ms(req.valid_until))
+    start, end = new.valid_from, new.valid_until
+    if start is not None and end is not None and end <= start:
+        raise InvalidRequest(
+            f"After this update memory {new.id!r} would hold from {ms_to_dt(start)} until"
+            f" {ms_to_dt(end)}: `valid_until` must be after `valid_from`. Give both, or"
+            " null to open one."
+        )
+    return new
 
 
 async def _delete_and_announce(
@@ -459,7 +491,9 @@ async def compact(ns: str, req: CompactRequest, deps: Deps) -> ClearByTypeReply:
     scope = read_scope(flow, req.workflow_id, req.workspace, deps.access.stores)
 
     async def batch() -> tuple[list[str], int]:
-        where = read_filter(deps.clock(), scope, types=[req.type], current=True)
+        now = deps.clock()
+        await deps.store.current_at(ns, now)
+        where = read_filter(now, scope, types=[req.type], current=True)
         doomed, matching = await _beyond_keep(ns, where, req, deps)
         return doomed, max(0, matching - req.keep)
 

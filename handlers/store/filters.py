@@ -36,9 +36,15 @@ class Tag(_RedisvlTag):
     escaper = TokenEscaper(escape_chars_re=re.compile(r"[,.<>{}\[\]\\\"\':;!@#$%^&*()\-+=~|\/ ?_]"))
 
 
-# Memories no newer memory superseded. A negation, so memories written before `supersedes`
-# existed (without the flag) pass it too.
+# Memories no newer memory superseded (and whose validity has not ended: `validity`). A
+# negation, so memories written before `supersedes` existed (without the flag) pass it too.
 CURRENT = Tag("superseded") != "1"
+
+
+def valid_at(as_of_ms: int) -> FilterExpression:
+    """v3 `as_of`: memories valid at that instant (`vf` <= as_of < `vu`), superseded or
+    not (record.validity)."""
+    return (Num("vf") <= as_of_ms) & (Num("vu") > as_of_ms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,12 +85,14 @@ def read_filter(
     since_ms: int | None = None,
     until_ms: int | None = None,
     current: bool = False,
+    as_of_ms: int | None = None,
 ) -> FilterExpression:
     """The filter every read applies: live (not expired), in scope, and the request's filters.
 
     `now_ms=None` leaves expiry out, for a caller that checks `expires_at` itself (vector
     search does: a numeric range over every document slows RediSearch's hybrid KNN down).
-    `current` leaves out memories that a newer one superseded.
+    `current` leaves out memories that a newer one superseded; `as_of_ms` keeps those
+    valid then instead (a caller gives one or the other).
     """
     general = Tag("general") == GENERAL
     where: FilterExpression
@@ -113,6 +121,8 @@ def read_filter(
         f = f & (Num("created_at") >= since_ms)
     if until_ms is not None:
         f = f & (Num("created_at") <= until_ms)
+    if as_of_ms is not None:
+        f = f & valid_at(as_of_ms)
     return f
 
 

@@ -33,6 +33,7 @@ from handlers.store.keys import (
     POOL_NAMESPACES,
     POOL_SEQUENCE,
     TALLIES_COMPLETE,
+    VALIDITY_COMPLETE,
     index_name,
     meta_key,
     pool_filter,
@@ -145,6 +146,8 @@ class Indexes:
             if fresh:
                 # A new namespace: its writes count every memory it will hold (`tallies`).
                 await self.client.set(tally_prefix(ns) + TALLIES_COMPLETE, 1)
+                # ... and gives each its validity window (`validity`).
+                await self.client.set(tally_prefix(ns) + VALIDITY_COMPLETE, 1)
             if tier is None:
                 # A namespace that had a meta but no tier was made before pools: its memories
                 # lack the pool field, so it keeps (or gets back) its own index.

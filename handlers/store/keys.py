@@ -127,6 +127,8 @@ def tally_prefix(ns: str) -> str:
 
 # Under the tally prefix: set once a namespace's tallies count every memory (`tallies`).
 TALLIES_COMPLETE = "ready"
+# Under the tally prefix: set once every memory has its v3 validity window (`validity`).
+VALIDITY_COMPLETE = "valid"
 
 
 def words_key(ns: str) -> str:

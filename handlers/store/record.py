@@ -17,6 +17,9 @@ import msgspec
 
 # Permanent memories get an expiry far in the future, so one numeric range filters expiry.
 PERMANENT_MS = 253_402_300_799_000  # 9999-12-31T23:59:59Z
+# The `vu` index field of a memory whose validity has no end: past any time the protocol
+# can name (as_of is at most year 9999), so one numeric range filters validity.
+OPEN_UNTIL_MS = 10**16
 # The `general` tag of a memory stored outside any workflow ("0" inside one).
 GENERAL = "1"
 # Protocol name -> storage name, where they differ.
@@ -65,6 +68,9 @@ class Record(Summary, kw_only=True):
     # Its trust-gated store: private, shared or social. A hash without the field (written by an
     # older version) decodes as private.
     store: str = "private"
+    # v3 validity, epoch ms (None: open). The index reads them as `vf` and `vu` (`_stored`).
+    valid_from: int | None = None
+    valid_until: int | None = None
 
 
 class Candidate(
@@ -149,6 +155,10 @@ _TAG_LISTS = tuple(
     f.encode_name for f in msgspec.structs.fields(Record) if f.type == tuple[str, ...]
 )
 _JSON_LISTS = tuple(f.encode_name for f in msgspec.structs.fields(Record) if f.type == list[str])
+# Optional numbers: stored as "" once cleared (`changed_fields`), read back as None.
+_OPT_NUMBERS = tuple(
+    f.encode_name for f in msgspec.structs.fields(Record) if f.type in (int | None, float | None)
+)
 # The separator of the `people` TAG field: names may hold commas, rarely a bar.
 PEOPLE_SEPARATOR = "|"
 
@@ -193,12 +203,29 @@ def _stored(rec: Record) -> dict[str, Any]:
     out["has_people"] = "1" if rec.related_people else ""
     out["wsh"] = workspace_tag(rec.workspace) if rec.workspace is not None else ""
     out.update(_superseded(rec.superseded_by))
+    out["vf"], out["vu"] = validity(rec)
+    if ended(rec):
+        out["superseded"] = "1"
     return out
+
+
+def validity(rec: Record) -> tuple[int, int]:
+    """The window an `as_of` read matches (`vf` <= as_of < `vu`): open bounds filled in."""
+    start = rec.valid_from if rec.valid_from is not None else rec.created_at
+    until = OPEN_UNTIL_MS if rec.valid_until is None else min(rec.valid_until, OPEN_UNTIL_MS)
+    return start, until
+
+
+def ended(rec: Record) -> bool:
+    """Whether its validity had ended when it was last written. One that ends later is
+    flagged by the read that first finds it due (the `v` set of scripts._TALLY)."""
+    return rec.valid_until is not None and rec.valid_until <= rec.updated_at
 
 
 def _superseded(by: str | None) -> dict[str, Any]:
     # `superseded` is a flag for the index: reads filter on its absence, which a memory
-    # written before supersedes existed also passes.
+    # written before supersedes existed also passes. It also marks a memory whose validity
+    # has ended: current reads leave both out alike (v3).
     return {_NAMES["superseded_by"]: by, "superseded": "1" if by else ""}
 
 
@@ -220,8 +247,13 @@ def mark_field(name: str) -> str:
 
 def changed_fields(old: Record, new: Record) -> dict[str, Any]:
     """What to HSET to turn `old` into `new` (a field that became empty is set to "")."""
-    before = _stored(old)
-    return {k: "" if v is None else v for k, v in _stored(new).items() if v != before.get(k)}
+    before, after = _stored(old), _stored(new)
+    out = {k: "" if v is None else v for k, v in after.items() if v != before.get(k)}
+    if "vu" in out:
+        # The flag may have been set when the old validity ended (after `old` was written):
+        # a new end decides it afresh.
+        out["superseded"] = after["superseded"]
+    return out
 
 
 def decode(cls: type[S], values: dict[str, str]) -> S:
@@ -234,4 +266,7 @@ def decode(cls: type[S], values: dict[str, str]) -> S:
             values[name] = _json.decode(values[name])
         else:
             values.pop(name, None)
+    for name in _OPT_NUMBERS:
+        if values.get(name) == "":
+            del values[name]
     return msgspec.convert(values, cls, strict=False)

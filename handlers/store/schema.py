@@ -70,6 +70,9 @@ def schema_dict(ns: str, dimension: int) -> dict[str, Any]:
             {"name": "importance", "type": "numeric", "attrs": {"sortable": True}},
             {"name": "created_at", "type": "numeric", "attrs": {"sortable": True}},
             {"name": "expires_at", "type": "numeric", "attrs": {"sortable": True}},
+            # v3 validity for `as_of` reads (record.validity): from, and until (exclusive).
+            {"name": "vf", "type": "numeric"},
+            {"name": "vu", "type": "numeric"},
             {
                 "name": VECTOR_FIELD,
                 "type": "vector",

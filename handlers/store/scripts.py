@@ -13,11 +13,14 @@ from string import Template
 
 import msgspec
 
-from handlers.store.record import PERMANENT_MS, Record
+from handlers.store.record import OPEN_UNTIL_MS, PERMANENT_MS, Record
 
 _NAMES = {f.name: f.encode_name for f in msgspec.structs.fields(Record)}
 # The most expired memories one read settles (see `settled` in _TALLY): about 20 ms of Redis.
 SETTLE_MAX = 1000
+# The most ended validities one read flags: each flag re-indexes its memory (its vector
+# too), about 1 ms of Redis at 100k memories.
+ENDS_MAX = 100
 
 
 # A memory's history list expires when the memory does (PEXPIRETIME -1: never).
@@ -101,7 +104,19 @@ local function tally_apply(p, id, d, sign)
     if sign > 0 then redis.call('ZADD', o, d[7], id) else redis.call('ZREM', o, id) end
   end
 end
+-- v3 validity: p..'v' holds the current memories whose validity ends, by `vu`; a read that
+-- finds one due flags it like a superseded one (`end_validity`), so current reads keep one
+-- negation whatever the time.
+local function track_validity(p, id, rec)
+  local f = redis.call('HMGET', rec, 'vu', 'superseded')
+  if f[1] and f[2] ~= '1' and tonumber(f[1]) < $open_until then
+    redis.call('ZADD', p .. 'v', f[1], id)
+  else
+    redis.call('ZREM', p .. 'v', id)
+  end
+end
 local function retally(p, id, rec, now)
+  track_validity(p, id, rec)
   local new = tally_desc(rec, now)
   local enc = new and cjson.encode(new) or false
   local old = redis.call('HGET', p .. 'd', id)
@@ -127,9 +142,22 @@ local function settle(p, recs, now, limit)
   for _, id in ipairs(due) do retally(p, id, recs .. id, now) end
   return #due
 end
+-- Flag up to `limit` memories whose validity has ended by `now` (see track_validity), and
+-- count them as such; how many there were.
+local function end_validity(p, recs, now, limit)
+  local due = redis.call('ZRANGEBYSCORE', p .. 'v', '-inf', now, 'LIMIT', 0, limit)
+  for _, id in ipairs(due) do
+    local rec = recs .. id
+    local vu = redis.call('HGET', rec, 'vu')
+    if vu and tonumber(vu) <= now then redis.call('HSET', rec, 'superseded', '1') end
+    retally(p, id, rec, now)
+  end
+  return #due
+end
 -- Uncount every memory whose expiry has passed, up to $settle_max of them (a script holds
--- Redis while it runs); whether none is left.
+-- Redis while it runs), after flagging those whose validity ended; whether none is left.
 local function settled(p, recs, now)
+  if end_validity(p, recs, now, $ends_max) == $ends_max then return false end
   local left = $settle_max
   while left > 0 do
     local step = math.min(left, 1000)
@@ -147,7 +175,11 @@ def _script(source: str, follow: bool = False, pooled: bool = False, tally: bool
     where they are used)."""
     helpers = (_FOLLOW if follow else "") + (_POOLED if pooled else "") + (_TALLY if tally else "")
     return Template(helpers + source).substitute(
-        _NAMES, permanent=PERMANENT_MS, settle_max=SETTLE_MAX
+        _NAMES,
+        permanent=PERMANENT_MS,
+        settle_max=SETTLE_MAX,
+        open_until=OPEN_UNTIL_MS,
+        ends_max=ENDS_MAX,
     )
 
 
@@ -261,8 +293,10 @@ local existing = false
 if dkey ~= '' then existing = redis.call('GET', dkey) end
 if existing then
   local old = ARGV[3] .. existing
-  local expires = redis.call('HGET', old, '$expires_at')
-  if expires and tonumber(expires) > now then
+  local f = redis.call('HMGET', old, '$expires_at', 'vu', 'superseded')
+  -- Not a memory that no longer holds (v3): the same content again is a current one.
+  local held = f[3] ~= '1' and not (f[2] and tonumber(f[2]) <= now)
+  if f[1] and tonumber(f[1]) > now and held then
     local count = redis.call('HINCRBY', old, '$mention_count', 1)
     redis.call('HSET', old, '$updated_at', ARGV[1])
     local entry = cjson.decode(ARGV[5])
@@ -357,21 +391,25 @@ return 1
 # Mark live memories as superseded by a newer one: set its id (and the index flag), append a
 # `superseded` history entry with the old and new `superseded_by`, drop its exact-dedup key
 # (the same content added again is a new, current memory), and return each one's fields.
+# v3: its validity is closed at the newer memory's start (`valid_until`, and `vu` for the
+# index), unless it ended earlier; never before its own start.
 # KEYS: record and history key of each memory, then the namespace's tally prefix. ARGV: now,
-# the newer id, the history entry, the dedup key prefix, n, the n field/value pairs to set
-# (2n values), then the fields to return, `expires_at` first. Each result is false (missing
-# or expired) or the values.
+# the newer id, the history entry, the dedup key prefix, the newer memory's start (ms), n,
+# the n field/value pairs to set (2n values), then the fields to return, `expires_at` first.
+# Each result is false (missing or expired) or the values.
 SUPERSEDE_LUA = _script(
     """
 local out = {}
 local now = tonumber(ARGV[1])
-local n = tonumber(ARGV[5])
+local start = tonumber(ARGV[5])
+local n = tonumber(ARGV[6])
 local pairs, fields = {}, {}
-for j = 6, 5 + 2 * n do pairs[#pairs + 1] = ARGV[j] end
-for j = 6 + 2 * n, #ARGV do fields[#fields + 1] = ARGV[j] end
+for j = 7, 6 + 2 * n do pairs[#pairs + 1] = ARGV[j] end
+for j = 7 + 2 * n, #ARGV do fields[#fields + 1] = ARGV[j] end
 for i = 1, #KEYS - 1, 2 do
   local rec, hist = KEYS[i], KEYS[i + 1]
-  local f = redis.call('HMGET', rec, '$id', '$expires_at', '$superseded_by', '$content_hash')
+  local f = redis.call('HMGET', rec, '$id', '$expires_at', '$superseded_by', '$content_hash',
+    'vf', 'vu', '$valid_until')
   if f[1] and tonumber(f[2]) > now then
     redis.call('HSET', rec, unpack(pairs))
     redis.call('HSET', rec, '$updated_at', ARGV[1])
@@ -380,6 +418,11 @@ for i = 1, #KEYS - 1, 2 do
     end
     local entry = cjson.decode(ARGV[3])
     entry['changes'] = {superseded_by = {old = f[3] or cjson.null, new = ARGV[2]}}
+    local close = math.max(start, tonumber(f[5] or '0'))
+    if not f[6] or tonumber(f[6]) > close then
+      redis.call('HSET', rec, 'vu', close, '$valid_until', close)
+      entry['changes']['valid_until'] = {old = f[7] and tonumber(f[7]) or cjson.null, new = close}
+    end
     redis.call('RPUSH', hist, cjson.encode(entry))
     follow(hist, rec)
     retally(KEYS[#KEYS], f[1], rec, now)
@@ -582,6 +625,47 @@ for j = 8, 7 + nsides do
 end
 table.insert(out, 1, total)
 return out
+""",
+    tally=True,
+)
+
+# Before a current read: flag (and count as such) the memories whose validity has ended by
+# now (see end_validity), up to ENDS_MAX of them. KEYS: the tally prefix. ARGV: now, the
+# record key prefix. Returns how many were flagged.
+ENDED_LUA = _script(
+    """
+return end_validity(KEYS[1], ARGV[2], tonumber(ARGV[1]), $ends_max)
+""",
+    tally=True,
+)
+
+# Give memories written before v3 their validity window for `as_of` reads (`vf`, `vu`): from
+# `created_at`, and, for a superseded one, until the newer memory's start (or, when that one
+# is gone, the moment of the supersede, its `updated_at`). A memory with `vf` already is left
+# as it is. KEYS: the tally prefix, then record keys. ARGV: the record key prefix, then each
+# record's memory id. Returns how many were given one.
+VALIDITY_BACKFILL_LUA = _script(
+    """
+local n = 0
+for i = 2, #KEYS do
+  local rec, id = KEYS[i], ARGV[i]
+  local f = redis.call('HMGET', rec, '$id', 'vf', '$created_at', '$valid_from', '$valid_until',
+    '$superseded_by', '$updated_at')
+  if f[1] and not f[2] then
+    local vf = f[4] or f[3] or '0'
+    local vu = f[5]
+    if not vu and f[6] then
+      local newer = redis.call('HMGET', ARGV[1] .. f[6], '$valid_from', '$created_at')
+      vu = newer[1] or newer[2] or f[7] or f[3]
+      if tonumber(vu) < tonumber(vf) then vu = vf end
+      redis.call('HSET', rec, '$valid_until', vu)
+    end
+    redis.call('HSET', rec, 'vf', vf, 'vu', vu or '$open_until')
+    track_validity(KEYS[1], id, rec)
+    n = n + 1
+  end
+end
+return n
 """,
     tally=True,
 )

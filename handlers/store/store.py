@@ -68,6 +68,7 @@ from handlers.store.sessions import Sessions
 from handlers.store.spaces import Spaces
 from handlers.store.tallies import Behind, Overview, Tallies
 from handlers.store.transfer import Transfer
+from handlers.store.validity import Validity
 
 log = structlog.get_logger("membus.store")
 
@@ -80,6 +81,8 @@ POOL_MAX = 100
 POOL_CHECK_EVERY = 32
 # How long a request waits for the handler to make sure of the key layout (`layout`).
 LAYOUT_WAIT_S = 2.0
+# How long an `as_of` read waits for a namespace from before v3 to get validity windows.
+AS_OF_WAIT_S = 2.0
 _UNSET = 2  # what ADD_LUA returns for a namespace that Redis lost
 S = TypeVar("S", Summary, Record, Mentions)
 
@@ -190,6 +193,9 @@ class Store:
         self._locks = Locks(client, self._guard)
         # What `describe` reports, kept by the writes.
         self.tallies = Tallies(client, self._guard)
+        # When memories held (v3): ended ones flagged, and windows for `as_of` reads.
+        self.validity = Validity(client, self._guard)
+        self._backfills: dict[str, asyncio.Future[None]] = {}
         self._rebuilding: set[str] = set()
         # Set once Redis is known to be in the current key layout: a handler's start-up
         # clears it until `layout.ensure` has run (a Store made elsewhere starts set).
@@ -240,6 +246,7 @@ class Store:
 
     def _lost(self) -> None:
         self.indexes.forget_all()
+        self.validity.forget()
         # The pool's idle connections died with the old Redis: drop them now rather than
         # find out one request at a time (in-use ones fail and reconnect on their own).
         pool = getattr(self.client, "connection_pool", None)
@@ -381,10 +388,11 @@ class Store:
         return [_record(RECORD_FIELDS, row) if row else None for row in rows]
 
     async def supersede(
-        self, ns: str, ids: list[str], by: str, now_ms: int, entry: Entry
+        self, ns: str, ids: list[str], by: str, start_ms: int, now_ms: int, entry: Entry
     ) -> list[Record | None]:
-        """Mark live memories as superseded by memory `by`; each one's record after it, or
-        None where missing. Their history gets `entry` with the change."""
+        """Mark live memories as superseded by memory `by`, which holds from `start_ms`
+        (their validity is closed there); each one's record after it, or None where
+        missing. Their history gets `entry` with the change."""
         if not ids:
             return []
         memory_keys: list[str] = []
@@ -392,7 +400,8 @@ class Store:
             memory_keys += [keys.record_key(ns, mid), keys.history_key(ns, mid)]
         memory_keys.append(keys.tally_prefix(ns))
         pairs = _args(supersede_fields(by))
-        args: list[Any] = [now_ms, by, _entry(entry), keys.dedup_prefix(ns), len(pairs) // 2]
+        args: list[Any] = [now_ms, by, _entry(entry), keys.dedup_prefix(ns), start_ms]
+        args.append(len(pairs) // 2)
         args += [*pairs, *RECORD_FIELDS]
         async with self._guard():
             rows = await self._supersede(keys=memory_keys, args=args)
@@ -408,6 +417,40 @@ class Store:
             pipe.llen(key)
             raw, total = await pipe.execute()
         return [_entries.decode(item) for item in raw], int(total)
+
+    # ------------------------------------------------------------------------- validity
+
+    async def current_at(self, ns: str, now_ms: int) -> None:
+        """Before a current read: flag the memories whose validity has ended (`validity`)."""
+        await self.indexes.get(ns)
+        await self.validity.end(ns, now_ms)
+
+    async def as_of_ready(self, ns: str) -> None:
+        """Before an `as_of` read: every memory of the namespace has its validity window.
+        A namespace from before v3 is given them once, by one handler at a time; a read
+        waits up to AS_OF_WAIT_S for that, then gets `unavailable`."""
+        await self.indexes.get(ns)
+        if await self.validity.complete(ns):
+            return
+        task = self._backfills.get(ns)
+        if task is None:
+            task = self._backfills[ns] = asyncio.ensure_future(self._backfill(ns))
+            task.add_done_callback(lambda _: self._backfills.pop(ns, None))
+        try:
+            await asyncio.wait_for(asyncio.shield(task), AS_OF_WAIT_S)
+        except TimeoutError:
+            raise Unavailable(
+                "This namespace's memories are being given their validity windows for"
+                " `as_of` reads (they were written before v3): retry in a few seconds;"
+                " reads without `as_of` work meanwhile."
+            ) from None
+
+    async def _backfill(self, ns: str) -> None:
+        async with self.exclusive(ns, "validity", hold_s=300.0):
+            if await self.validity.complete(ns):
+                return  # another handler did it while this one waited for the lock
+            given = await self.validity.backfill(ns)
+        log.info("validity.backfilled", namespace=ns, memories=given)
 
     # ------------------------------------------------------------------------- reads by id
 
@@ -765,6 +808,7 @@ class Store:
             if ns not in self._rebuilding:
                 self._rebuilding.add(ns)
                 self._later(self._rebuild_tallies(ns, now_ms), "store.tally_rebuild_failed")
+        await self.validity.end(ns, now_ms)
         return Overview.of(await self.aggregate(ns, read_filter(now_ms, scope)))
 
     async def _rebuild_tallies(self, ns: str, now_ms: int) -> None:

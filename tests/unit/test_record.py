@@ -19,6 +19,7 @@ from handlers.ops.replies import READ_ONLY, TO_WIRE, as_record, as_wire
 from handlers.store import scripts
 from handlers.store.record import (
     CANDIDATE_FIELDS,
+    OPEN_UNTIL_MS,
     PERMANENT_MS,
     RECORD_FIELDS,
     Candidate,
@@ -98,7 +99,31 @@ def test_a_new_record_is_the_hash_layout_earlier_versions_wrote_plus_new_fields(
         "workspace": "Project Alpha",
         "wsh": workspace_tag("Project Alpha"),
         "store": "shared",
+        # v3: the validity window `as_of` reads match, open bounds filled in.
+        "vf": T0,
+        "vu": OPEN_UNTIL_MS,
     }
+
+
+def test_a_validity_window_is_indexed_and_an_ended_one_flagged_at_write() -> None:
+    later = T0 + 86_400_000
+    held = new_fields(record(superseded_by=None, valid_from=T0 - 5, valid_until=later))
+    assert (held["vf"], held["vu"], held.get("superseded")) == (T0 - 5, later, None)
+    assert (held["valid_from"], held["valid_until"]) == (T0 - 5, later)
+    # Written after its end (a past fact recorded now): not current from the start.
+    ended = new_fields(record(superseded_by=None, valid_until=T0 - 1))
+    assert (ended["vf"], ended["vu"], ended["superseded"]) == (T0, T0 - 1, "1")
+
+
+def test_a_changed_end_decides_the_flag_afresh() -> None:
+    # The flag was set by a read once the old end passed; opening the end clears it.
+    old = record(superseded_by=None, valid_until=T0 + 10)
+    reopened = msgspec.structs.replace(old, valid_until=None, updated_at=T0 + 20)
+    assert changed_fields(old, reopened)["superseded"] == ""
+    assert changed_fields(old, reopened)["vu"] == OPEN_UNTIL_MS
+    # A superseded one stays flagged whatever its end.
+    sup = record(valid_until=T0 + 10)
+    assert changed_fields(sup, msgspec.structs.replace(sup, valid_until=None))["superseded"] == "1"
 
 
 def test_empty_optional_fields_are_not_written() -> None:
@@ -166,12 +191,13 @@ def test_candidates_read_the_search_reply_names() -> None:
 
 
 # Fields of the hash that only the index (and describe's tallies) read.
-INDEX_ONLY = {"general", "tagtext", "people", "superseded", "has_people", "wsh"}
+INDEX_ONLY = {"general", "tagtext", "people", "superseded", "has_people", "wsh", "vf", "vu"}
 
 
 def test_reads_ask_for_expiry_first_and_candidates_for_ranking_fields_only() -> None:
     assert RECORD_FIELDS[0] == "expires_at"
-    assert set(RECORD_FIELDS) == set(new_fields(record())) - INDEX_ONLY
+    whole = record(valid_from=T0, valid_until=T0 + 1)
+    assert set(RECORD_FIELDS) == set(new_fields(whole)) - INDEX_ONLY
     assert CANDIDATE_FIELDS == ("type", "importance", "created_at", "expires_at", "mention_count")
 
 
