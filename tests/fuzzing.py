@@ -793,8 +793,13 @@ def _tame(memory: dict[str, Any], new_id: str) -> None:
     for name, value in fields.items():
         if name == "embedding":
             continue  # a vector would need the namespace's dimension
-        if name == "metadata" and nesting_depth(msgspec.json.encode(value)) > 8:
-            continue  # (drawn values may be JSON text of their own: measured as sent)
+        if name == "metadata":
+            try:
+                deep = nesting_depth(msgspec.json.encode(value)) > 8
+            except UnicodeEncodeError:
+                continue  # a lone surrogate: no JSON text can carry it
+            if deep:
+                continue  # (drawn values may be JSON text of their own: measured as sent)
         if accepted({**base, name: value}):
             # A copy: a drawn value can be shared with later draws, which may nest it deeper.
             memory[name] = copy.deepcopy(value)
