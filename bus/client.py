@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import inspect
 import uuid
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Concatenate, Literal, ParamSpec, TypedDict, TypeVar, Unpack, overload
 
@@ -26,6 +26,9 @@ from contracts import limits
 from contracts.messages import (
     AddReply,
     AddRequest,
+    ApplyAction,
+    ApplyReply,
+    ApplyRequest,
     ArchiveStateRequest,
     ArchiveWorkspaceRequest,
     CaptureRequest,
@@ -1021,6 +1024,29 @@ class AgentMemory:
             context=self._context,
         )
         return await self._bus.request("reconcile", req, ReconcileReply)
+
+    async def apply(self, actions: Sequence[ApplyAction | Mapping[str, Any]]) -> ApplyReply:
+        """Write what an extractor decided (see `reconcile`) in one atomic step, in this
+        handle's workflow, workspace and agent: all of `actions`, or, when any one is
+        refused, none (the error names its index). Each is a contract struct (`ApplyAdd`,
+        `ApplyUpdate`, `ApplySupersede`, `ApplyDelete`) or its JSON form, e.g.
+        `{"action": "supersede", "id": old_id, "type": "fact", "content": "..."}`."""
+        try:
+            listed = [
+                a if isinstance(a, msgspec.Struct) else msgspec.convert(a, ApplyAction)
+                for a in actions
+            ]
+        except msgspec.ValidationError as exc:
+            raise InvalidRequest(str(exc)) from None
+        req = _build(
+            ApplyRequest,
+            actions=listed,
+            workflow_id=self._workflow_id,
+            workspace=self._workspace,
+            agent_id=self._agent_id,
+            context=self._context,
+        )
+        return await self._bus.request("apply", req, ApplyReply)
 
     async def people(
         self,

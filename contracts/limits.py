@@ -68,6 +68,8 @@ MAX_IMPORT = 100
 
 # `reconcile` (v3): candidate facts per call, and neighbours returned per fact.
 MAX_RECONCILE_FACTS = 50
+# Actions one `apply` writes atomically (v3).
+MAX_APPLY_ACTIONS = 50
 MAX_RECONCILE_NEIGHBOURS = 10
 # `compact` (v3): the most memories of a type it keeps.
 MAX_COMPACT_KEEP = 100_000

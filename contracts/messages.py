@@ -261,6 +261,52 @@ class UpdateRequest(Request, kw_only=True):
             check_validity(self.valid_from, self.valid_until)
 
 
+# `apply` (v3): each action is the request of its own operation, with `action` naming it.
+
+
+class ApplyAdd(AddRequest, tag="add", tag_field="action", kw_only=True):
+    """Add a memory (the fields of `add`; `supersedes` and semantic dedup are refused: use a
+    `supersede` action)."""
+
+
+class ApplyUpdate(UpdateRequest, tag="update", tag_field="action", kw_only=True):
+    """Change memory `id` (the fields of `update`)."""
+
+
+class ApplySupersede(AddRequest, tag="supersede", tag_field="action", kw_only=True):
+    """Add a memory that supersedes memory `id` (the fields of `add`)."""
+
+    id: MemoryId
+
+
+class ApplyDelete(
+    msgspec.Struct,
+    tag="delete",
+    tag_field="action",
+    forbid_unknown_fields=True,
+    omit_defaults=True,
+    kw_only=True,
+):
+    """Delete memory `id`."""
+
+    id: MemoryId
+
+
+ApplyAction = ApplyAdd | ApplyUpdate | ApplySupersede | ApplyDelete
+
+
+class ApplyRequest(Request, kw_only=True):
+    """Several writes of one namespace applied atomically: all, or none when any one is
+    refused (v3). `workflow_id`, `workspace` and `agent_id` are each action's default."""
+
+    actions: Annotated[
+        list[ApplyAction], msgspec.Meta(min_length=1, max_length=limits.MAX_APPLY_ACTIONS)
+    ]
+    workflow_id: WorkflowId | None = None
+    workspace: Name | None = None
+    agent_id: AgentId | None = None
+
+
 class SearchRequest(Request, kw_only=True):
     query: Query | None = None
     workflow_id: WorkflowId | None = None
@@ -764,6 +810,19 @@ class Reconciled(msgspec.Struct, kw_only=True):
 class ReconcileReply(Reply, kw_only=True):
     # One per fact, in request order.
     results: list[Reconciled]
+
+
+class Applied(msgspec.Struct, kw_only=True):
+    # The action's index in the request, the memory it wrote (for a `supersede`, the new
+    # one; for an `add` that repeated a live memory, that memory), and the action.
+    index: int
+    id: str
+    action: Literal["add", "update", "supersede", "delete"]
+
+
+class ApplyReply(Reply, kw_only=True):
+    # One per action, in request order.
+    results: list[Applied]
 
 
 class UpdateReply(Reply, kw_only=True):

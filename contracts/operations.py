@@ -44,6 +44,7 @@ TABLE: tuple[Operation, ...] = (
     Operation(name="clear_by_type", request=m.ClearByTypeRequest, replies=(m.ClearByTypeReply,)),
     Operation(name="compact", request=m.CompactRequest, replies=(m.ClearByTypeReply,)),
     Operation(name="update", request=m.UpdateRequest, replies=(m.UpdateReply,), durable=True),
+    Operation(name="apply", request=m.ApplyRequest, replies=(m.ApplyReply,)),
     Operation(
         name="history", request=m.HistoryRequest, replies=(m.HistoryReply,), trimmed="entries"
     ),

@@ -9,6 +9,7 @@ this package imports them all, and refuses to start with an operation left unbou
 from __future__ import annotations
 
 from contracts.operations import OPERATIONS
+from handlers.ops.apply import apply
 from handlers.ops.capture import capture
 from handlers.ops.coop import people, timeline
 from handlers.ops.deps import Deps
@@ -31,6 +32,7 @@ __all__ = [
     "Deps",
     "Handler",
     "add",
+    "apply",
     "capture",
     "clear_by_type",
     "compact",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 import numpy as np
@@ -46,7 +46,7 @@ from handlers.ops.vectors import request_vector
 from handlers.ops.workspaces import state_is_immutable, workspace_not_found
 from handlers.store.filters import ReadScope, in_store, read_filter
 from handlers.store.ids import derived_id, new_id
-from handlers.store.record import Record
+from handlers.store.record import Entry, Record
 from handlers.store.store import AlreadyApplied, Immutable
 
 # clear_by_type deletes in batches this small, so that Redis (which runs each batch's script
@@ -134,8 +134,54 @@ def target_store(req: AddRequest, deps: Deps) -> str:
     return store
 
 
+class PreparedAdd(NamedTuple):
+    """A new memory as an add would write it, checked, with its vector."""
+
+    rec: Record
+    vec: np.ndarray
+    # What was redacted from its text.
+    secrets: Secrets
+
+
 @handles(AddRequest)
 async def add(ns: str, req: AddRequest, deps: Deps) -> AddReply:
+    write = deps.write
+    durable_id = None if write is None else derived_id(write.published_ms, write.request_id)
+    if durable_id is not None and (done := await deps.store.read(ns, durable_id, deps.clock())):
+        # A durable add applied before (its mark lost with a handler): nothing to do, no
+        # embedding, and no dedup, which would count the memory as a mention of itself.
+        return _added(done)
+    if req.supersedes and req.type != STATE_TYPE:
+        # Checked before the write: a state never changes, not even its `superseded_by`.
+        found = await deps.store.types(ns, req.supersedes)
+        for mid, type_ in zip(req.supersedes, found, strict=True):
+            if type_ == STATE_TYPE:
+                raise state_is_immutable(mid, "supersedes")
+    rec, vec, secrets = await prepare_add(ns, req, deps, durable_id)
+    if req.dedup != "semantic":
+        reply = await _write(ns, req, rec, vec, deps)
+    else:
+        # The near-duplicate check and the write are one step across handlers: two similar
+        # adds at the same moment must not both miss each other. Exact repeats need no lock.
+        lock = f"dedup:{req.type}:{rec.workflow_id or ''}:{rec.store}"
+        async with deps.store.exclusive(ns, lock):
+            near = await _near_duplicate(ns, req, rec.workflow_id, rec.store, vec, deps)
+            if near is not None:
+                reply = await _repeated(ns, near, deps, deps.clock())
+            else:
+                reply = await _write(ns, req, rec, vec, deps)
+    if req.supersedes:
+        await _supersede(ns, req, reply, deps, rec.valid_from or rec.created_at)
+    if secrets.redacted:
+        reply = msgspec.structs.replace(reply, redacted=secrets.redacted)
+    return reply
+
+
+async def prepare_add(
+    ns: str, req: AddRequest, deps: Deps, memory_id: str | None = None
+) -> PreparedAdd:
+    """Check an add as its own operation does (type, store, workspace, texts, secrets,
+    metadata) and make its record (with `memory_id`, else a new id) and vector."""
     if req.type == STATE_TYPE:
         raise InvalidRequest(
             "States are not added with add: use create_state (a state needs a workspace and"
@@ -147,12 +193,6 @@ async def add(ns: str, req: AddRequest, deps: Deps) -> AddReply:
         ns, req.workspace
     ):
         raise workspace_not_found(req.workspace)
-    if req.supersedes:
-        # Checked before the write: a state never changes, not even its `superseded_by`.
-        found = await deps.store.types(ns, req.supersedes)
-        for mid, type_ in zip(req.supersedes, found, strict=True):
-            if type_ == STATE_TYPE:
-                raise state_is_immutable(mid, "supersedes")
     content = req.content or ""  # the request composed it from the title when left out
     check_narrative(req.narrative)
     check_no_nul(title=req.title, narrative=req.narrative, facts=req.facts)
@@ -164,18 +204,12 @@ async def add(ns: str, req: AddRequest, deps: Deps) -> AddReply:
     req, content = _without_secrets(req, content, composed, secrets)
     check_content(content, composed=composed)
     metadata = check_metadata(req.metadata)
-    write = deps.write
-    durable_id = None if write is None else derived_id(write.published_ms, write.request_id)
-    if durable_id is not None and (done := await deps.store.read(ns, durable_id, deps.clock())):
-        # A durable add applied before (its mark lost with a handler): nothing to do, no
-        # embedding, and no dedup, which would count the memory as a mention of itself.
-        return _added(done)
     vec = await request_vector(ns, deps, text=content, given=req.embedding)
     now = deps.clock()
     workflow_id = storage_workflow(cfg, req.scope, req.workflow_id)
     rec = as_record(
         req,
-        id=durable_id or new_id(now),
+        id=memory_id or new_id(now),
         content=content,
         tags=tuple(req.tags),
         importance=cfg.importance if req.importance is None else req.importance,
@@ -189,22 +223,7 @@ async def add(ns: str, req: AddRequest, deps: Deps) -> AddReply:
     )
     if req.dedup != "none":
         rec = msgspec.structs.replace(rec, content_hash=content_hash(rec))
-    if req.dedup != "semantic":
-        reply = await _write(ns, req, rec, vec, deps)
-    else:
-        # The near-duplicate check and the write are one step across handlers: two similar
-        # adds at the same moment must not both miss each other. Exact repeats need no lock.
-        async with deps.store.exclusive(ns, f"dedup:{req.type}:{workflow_id or ''}:{store}"):
-            near = await _near_duplicate(ns, req, workflow_id, store, vec, deps)
-            if near is not None:
-                reply = await _repeated(ns, near, deps, deps.clock())
-            else:
-                reply = await _write(ns, req, rec, vec, deps)
-    if req.supersedes:
-        await _supersede(ns, req, reply, deps, rec.valid_from or rec.created_at)
-    if secrets.redacted:
-        reply = msgspec.structs.replace(reply, redacted=secrets.redacted)
-    return reply
+    return PreparedAdd(rec, vec, secrets)
 
 
 def _without_secrets(
@@ -335,14 +354,39 @@ def _updated(rec: Record, at_ms: int) -> UpdateReply:
     )
 
 
+class PreparedUpdate(NamedTuple):
+    """A memory as an update would leave it, checked: before and after, the new vector
+    when its content changed, and its history entry."""
+
+    old: Record
+    new: Record
+    vec: np.ndarray | None
+    entry: Entry
+    secrets: Secrets
+
+
 async def _update(
     ns: str, req: UpdateRequest, deps: Deps, marks: dict[str, str] | None = None
 ) -> UpdateReply:
     now = deps.clock()
-    missing = _missing(ns, req.id)
+    old, new, vec, done, secrets = await prepare_update(ns, req, deps, now)
+    if not await deps.store.update(ns, old, new, vec, now, done, marks):
+        raise _missing(ns, req.id)
+    if new.content != old.content or new.tags != old.tags:
+        deps.store.count_words_later(ns, [new])  # its new words (counts are of writes)
+    await publish_event(deps, ns, "updated", new, now, agent_id=req.agent_id)
+    reply = _updated(new, now)
+    if secrets.redacted:
+        reply = msgspec.structs.replace(reply, redacted=secrets.redacted)
+    return reply
+
+
+async def prepare_update(ns: str, req: UpdateRequest, deps: Deps, now: int) -> PreparedUpdate:
+    """Check an update as its own operation does (a live memory the caller sees, not a
+    state; content, secrets, validity) and make the memory as it would leave it."""
     old = await deps.store.read(ns, req.id, now)
     if old is None or not deps.access.sees(old.store):
-        raise missing
+        raise _missing(ns, req.id)
     if old.type == STATE_TYPE:
         raise state_is_immutable(old.id, "update")
     new = msgspec.structs.replace(old, updated_at=now)
@@ -365,17 +409,8 @@ async def _update(
     if req.ttl_s is not None:
         new = msgspec.structs.replace(new, expires_at=expires_ms(now, req.ttl_s))
     new = _revalidated(req, new)
-    changes = update_changes(old, new)
-    done = entry("updated", now, req, req.agent_id, changes)
-    if not await deps.store.update(ns, old, new, vec, now, done, marks):
-        raise missing
-    if new.content != old.content or new.tags != old.tags:
-        deps.store.count_words_later(ns, [new])  # its new words (counts are of writes)
-    await publish_event(deps, ns, "updated", new, now, agent_id=req.agent_id)
-    reply = _updated(new, now)
-    if secrets.redacted:
-        reply = msgspec.structs.replace(reply, redacted=secrets.redacted)
-    return reply
+    done = entry("updated", now, req, req.agent_id, update_changes(old, new))
+    return PreparedUpdate(old, new, vec, done, secrets)
 
 
 def _revalidated(req: UpdateRequest, new: Record) -> Record:

@@ -123,6 +123,10 @@ class Indexes:
             pending.add_done_callback(lambda _: self._pending.pop(ns, None))
         return await asyncio.shield(pending)
 
+    def cached(self, ns: str) -> Namespace | None:
+        """The namespace's index as last seen here, without asking Redis (None: not yet)."""
+        return self._open.get(ns)
+
     def forget(self, ns: str) -> None:
         space = self._open.pop(ns, None)
         if space is not None and space.pool is not None:

@@ -232,8 +232,7 @@ return out
 # namespace's dedup key prefix, ARGV[3] the history entry, ARGV[4] how long history stays,
 # ARGV[5] the immutable type, ARGV[6..] the fields to return, `expires_at` first. Each result
 # is false (missing or expired) or the field values.
-DELETE_LUA = _script(
-    """
+_DELETE = """
 local out = {}
 local now = tonumber(ARGV[1])
 local fields = {}
@@ -265,7 +264,9 @@ for i = 1, last, 3 do
   end
 end
 return out
-""",
+"""
+DELETE_LUA = _script(
+    _DELETE,
     tally=True,
 )
 
@@ -281,8 +282,7 @@ return out
 # namespace's tally prefix (keys.tally_prefix): the new memory is counted, and up to 10
 # expired ones uncounted; KEYS[4]: its tier (keys.tier_key). Returns 2, writing nothing,
 # when the namespace has no tier: Redis lost it, and the caller sets the namespace up again.
-ADD_LUA = _script(
-    """
+_ADD = """
 local dkey, rec = KEYS[1], KEYS[2]
 if string.sub(dkey, -1) == ':' then dkey = '' end
 if redis.call('EXISTS', rec) == 1 then return 1 end
@@ -324,7 +324,9 @@ if dkey ~= '' then
   if ARGV[2] ~= '0' then redis.call('PEXPIREAT', dkey, ARGV[2]) end
 end
 return false
-""",
+"""
+ADD_LUA = _script(
+    _ADD,
     follow=True,
     pooled=True,
     tally=True,
@@ -358,8 +360,7 @@ return redis.call('HMGET', KEYS[1], unpack(fields))
 # the namespace's tally prefix (the memory is counted as it is after the update).
 # ARGV: now, expiry ('keep', 'persist' or ms), the history entry, then field/value pairs.
 # Returns false when the memory is missing or expired.
-UPDATE_LUA = _script(
-    """
+_UPDATE = """
 local rec, acc, olddk, newdk, hist = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 if string.sub(olddk, -1) == ':' then olddk = '' end
 if string.sub(newdk, -1) == ':' then newdk = '' end
@@ -384,7 +385,9 @@ for _, k in ipairs(keys) do
 end
 retally(KEYS[6], f[1], rec, now)
 return 1
-""",
+"""
+UPDATE_LUA = _script(
+    _UPDATE,
     tally=True,
 )
 
@@ -397,8 +400,7 @@ return 1
 # the newer id, the history entry, the dedup key prefix, the newer memory's start (ms), n,
 # the n field/value pairs to set (2n values), then the fields to return, `expires_at` first.
 # Each result is false (missing or expired) or the values.
-SUPERSEDE_LUA = _script(
-    """
+_SUPERSEDE = """
 local out = {}
 local now = tonumber(ARGV[1])
 local start = tonumber(ARGV[5])
@@ -432,7 +434,9 @@ for i = 1, #KEYS - 1, 2 do
   end
 end
 return out
-""",
+"""
+SUPERSEDE_LUA = _script(
+    _SUPERSEDE,
     follow=True,
     tally=True,
 )
@@ -667,5 +671,62 @@ for i = 2, #KEYS do
 end
 return n
 """,
+    tally=True,
+)
+
+
+# `apply` (v3): several writes of one namespace in one atomic step, all or none. Each step
+# is one of the scripts above (add, update, supersede, delete) with its own keys and
+# arguments, run as a function; before any runs, every step's precondition is checked, so a
+# batch refused writes nothing. KEYS: each step's keys, in order. ARGV: now, the number of
+# steps, the immutable type (states), then per step its op, the index of its action, its
+# check ('new': its record must not exist and the namespace must be set up; 'live': its
+# record must be live and not immutable), the record's `updated_at` as the caller read it
+# ('' for any), its number of keys and of arguments; then each step's arguments, in order.
+# Returns {'refused', action index, why} (why: exists, unset, missing, immutable, changed),
+# or each step's result, as its own script returns it.
+APPLY_LUA = _script(
+    "local ops = {}\n"
+    + "".join(
+        f"ops['{name}'] = function(KEYS, ARGV)\n{body}\nend\n"
+        for name, body in (
+            ("add", _ADD),
+            ("update", _UPDATE),
+            ("supersede", _SUPERSEDE),
+            ("delete", _DELETE),
+        )
+    )
+    + """
+local now = tonumber(ARGV[1])
+local n = tonumber(ARGV[2])
+local steps, k, a = {}, 1, 4 + 6 * n
+for s = 1, n do
+  local h = 3 + 6 * (s - 1)
+  local st = {op = ARGV[h + 1], action = tonumber(ARGV[h + 2]), check = ARGV[h + 3],
+    updated = ARGV[h + 4]}
+  local nk, na = tonumber(ARGV[h + 5]), tonumber(ARGV[h + 6])
+  st.keys, st.args = {}, {}
+  for i = k, k + nk - 1 do st.keys[#st.keys + 1] = KEYS[i] end
+  for i = a, a + na - 1 do st.args[#st.args + 1] = ARGV[i] end
+  k, a = k + nk, a + na
+  steps[s] = st
+end
+for _, st in ipairs(steps) do
+  if st.check == 'new' then
+    if redis.call('EXISTS', st.keys[2]) == 1 then return {'refused', st.action, 'exists'} end
+    if redis.call('EXISTS', st.keys[4]) == 0 then return {'refused', st.action, 'unset'} end
+  else
+    local f = redis.call('HMGET', st.keys[1], '$id', '$expires_at', '$type', '$updated_at')
+    if not f[1] or tonumber(f[2]) <= now then return {'refused', st.action, 'missing'} end
+    if f[3] == ARGV[3] then return {'refused', st.action, 'immutable'} end
+    if st.updated ~= '' and f[4] ~= st.updated then return {'refused', st.action, 'changed'} end
+  end
+end
+local out = {}
+for s, st in ipairs(steps) do out[s] = ops[st.op](st.keys, st.args) end
+return out
+""",
+    follow=True,
+    pooled=True,
     tally=True,
 )

@@ -57,6 +57,7 @@ from handlers.store.resp import Found, parse_row, parse_search, text
 from handlers.store.schema import VECTOR_FIELD, NamespaceMeta, new_hash
 from handlers.store.scripts import (
     ADD_LUA,
+    APPLY_LUA,
     DELETE_LUA,
     FETCH_LUA,
     FIELD_LUA,
@@ -154,6 +155,120 @@ class AlreadyApplied(Exception):
         self.memory_id = memory_id
 
 
+class Refused(Exception):
+    """An `apply` step's precondition failed (its action's index, and why: exists, unset,
+    missing, immutable, changed); nothing was written."""
+
+    def __init__(self, action: int, why: str) -> None:
+        super().__init__(f"action {action}: {why}")
+        self.action = action
+        self.why = why
+
+
+class Step(NamedTuple):
+    """One write of an `apply` (see `APPLY_LUA`): `op` (add, update, supersede, delete),
+    the index of the action it is part of, its check ("new" or "live"), the `updated_at` an
+    update was made from ("" for any), and the keys and arguments of its script."""
+
+    op: str
+    action: int
+    check: str
+    updated: str
+    keys: list[str]
+    args: list[Any]
+
+    @classmethod
+    def add(cls, action: int, ns: str, rec: Record, vector: np.ndarray, now_ms: int,
+            entry: Entry) -> Step:  # fmt: skip
+        return cls("add", action, "new", "", *_add_call(ns, rec, vector, now_ms, entry))
+
+    @classmethod
+    def update(cls, action: int, ns: str, old: Record, new: Record, vector: np.ndarray | None,
+               now_ms: int, entry: Entry) -> Step:  # fmt: skip
+        call = _update_call(ns, old, new, vector, now_ms, entry)
+        return cls("update", action, "live", str(old.updated_at), *call)
+
+    @classmethod
+    def supersede(cls, action: int, ns: str, memory_id: str, by: str, start_ms: int,
+                  now_ms: int, entry: Entry) -> Step:  # fmt: skip
+        call = _supersede_call(ns, [memory_id], by, start_ms, now_ms, entry)
+        return cls("supersede", action, "live", "", *call)
+
+    @classmethod
+    def delete(cls, action: int, ns: str, memory_id: str, now_ms: int, entry: Entry,
+               history_ms: int, immutable_type: str) -> Step:  # fmt: skip
+        call = _delete_call(ns, [memory_id], now_ms, entry, history_ms, immutable_type)
+        return cls("delete", action, "live", "", *call)
+
+
+def _add_call(
+    ns: str, rec: Record, vector: np.ndarray, now_ms: int, entry: Entry
+) -> tuple[list[str], list[Any]]:
+    """ADD_LUA's keys and arguments."""
+    fields, expires = new_hash(rec, vector)
+    args: list[Any] = [now_ms, expires, keys.record_prefix(ns), keys.history_prefix(ns)]
+    args += [_entry(entry), len(RECORD_FIELDS), *RECORD_FIELDS, *_args(fields)]
+    dedup = keys.dedup_key(ns, rec.content_hash)
+    return [dedup, keys.record_key(ns, rec.id), keys.tally_prefix(ns), keys.tier_key(ns)], args
+
+
+def _update_call(
+    ns: str,
+    old: Record,
+    new: Record,
+    vector: np.ndarray | None,
+    now_ms: int,
+    entry: Entry,
+    marks: dict[str, str] | None = None,
+) -> tuple[list[str], list[Any]]:
+    """UPDATE_LUA's keys and arguments."""
+    fields = changed_fields(old, new)
+    fields.update({mark_field(name): mark for name, mark in (marks or {}).items()})
+    if vector is not None:
+        fields[VECTOR_FIELD] = vector.astype(np.float32).tobytes()
+    if new.expires_at == old.expires_at:
+        expiry = "keep"
+    else:
+        expiry = "persist" if new.expires_at == PERMANENT_MS else str(new.expires_at)
+    memory_keys = [
+        keys.record_key(ns, old.id),
+        keys.access_key(ns, old.id),
+        keys.dedup_key(ns, old.content_hash),
+        keys.dedup_key(ns, new.content_hash),
+        keys.history_key(ns, old.id),
+        keys.tally_prefix(ns),
+    ]
+    return memory_keys, [now_ms, expiry, _entry(entry), *_args(fields)]
+
+
+def _supersede_call(
+    ns: str, ids: list[str], by: str, start_ms: int, now_ms: int, entry: Entry
+) -> tuple[list[str], list[Any]]:
+    """SUPERSEDE_LUA's keys and arguments."""
+    memory_keys: list[str] = []
+    for mid in ids:
+        memory_keys += [keys.record_key(ns, mid), keys.history_key(ns, mid)]
+    memory_keys.append(keys.tally_prefix(ns))
+    pairs = _args(supersede_fields(by))
+    args: list[Any] = [now_ms, by, _entry(entry), keys.dedup_prefix(ns), start_ms]
+    args += [len(pairs) // 2, *pairs, *RECORD_FIELDS]
+    return memory_keys, args
+
+
+def _delete_call(
+    ns: str, ids: list[str], now_ms: int, entry: Entry, history_ms: int, immutable_type: str
+) -> tuple[list[str], list[Any]]:
+    """DELETE_LUA's keys and arguments."""
+    args: list[Any] = [now_ms, keys.dedup_prefix(ns), _entry(entry), history_ms]
+    args += [immutable_type, *RECORD_FIELDS]
+    return [*keys.memory_keys(ns, ids, history=True), keys.tally_prefix(ns)], args
+
+
+def record_row(row: Any) -> Record | None:
+    """A record as the write scripts return it (RECORD_FIELDS' values), or None."""
+    return _record(RECORD_FIELDS, row) if row else None
+
+
 class Store:
     """Namespace indexes and every Redis read and write of the service."""
 
@@ -188,6 +303,7 @@ class Store:
         self._mention = client.register_script(MENTION_LUA)
         self._update = client.register_script(UPDATE_LUA)
         self._supersede = client.register_script(SUPERSEDE_LUA)
+        self._apply = client.register_script(APPLY_LUA)
         self._dropping = False
         self._background: set[asyncio.Future[None]] = set()
         self._locks = Locks(client, self._guard)
@@ -274,23 +390,24 @@ class Store:
         """Write a new memory, or, when its content hash is live already, count a mention of
         that memory instead and return it (one atomic script). `entry` goes to the history
         of whichever it was (as `mentioned` for a repeat)."""
-        fields, expires = new_hash(rec, vector)
-        args: list[Any] = [now_ms, expires, keys.record_prefix(ns), keys.history_prefix(ns)]
-        args += [_entry(entry), len(RECORD_FIELDS), *RECORD_FIELDS]
-        dedup = keys.dedup_key(ns, rec.content_hash)
-        add_keys = [dedup, keys.record_key(ns, rec.id), keys.tally_prefix(ns), keys.tier_key(ns)]
-        space = await self.indexes.get(ns)
-        out = await self.write_with_setup(
-            ns, lambda: self._add(keys=add_keys, args=args + _args(fields)), _UNSET
-        )
+        add_keys, args = _add_call(ns, rec, vector, now_ms, entry)
+        await self.indexes.get(ns)
+        out = await self.write_with_setup(ns, lambda: self._add(keys=add_keys, args=args), _UNSET)
         if out == 1:
             raise AlreadyApplied(rec.id)
         if out:
             return _record(RECORD_FIELDS, out)
-        if space.pool is not None:
-            self._count_pooled_add(ns)
-        self.count_words_later(ns, [rec])
+        self.added(ns, [rec])
         return None
+
+    def added(self, ns: str, written: list[Record]) -> None:
+        """After new memories were written: their words counted, a pooled namespace's
+        size checked now and then (both in the background)."""
+        space = self.indexes.cached(ns)
+        if space is not None and space.pool is not None:
+            for _ in written:
+                self._count_pooled_add(ns)
+        self.count_words_later(ns, written)
 
     def _count_pooled_add(self, ns: str) -> None:
         """Check a pooled namespace's size at its first new memory here and every
@@ -334,23 +451,7 @@ class Store:
     ) -> bool:
         """Turn a live memory `old` into `new` (its dedup key and expiry follow, on every key
         of the memory), and set the write `marks` (`write_marks`); False when it is gone."""
-        fields = changed_fields(old, new)
-        fields.update({mark_field(name): mark for name, mark in (marks or {}).items()})
-        if vector is not None:
-            fields[VECTOR_FIELD] = vector.astype(np.float32).tobytes()
-        if new.expires_at == old.expires_at:
-            expiry = "keep"
-        else:
-            expiry = "persist" if new.expires_at == PERMANENT_MS else str(new.expires_at)
-        memory_keys = [
-            keys.record_key(ns, old.id),
-            keys.access_key(ns, old.id),
-            keys.dedup_key(ns, old.content_hash),
-            keys.dedup_key(ns, new.content_hash),
-            keys.history_key(ns, old.id),
-            keys.tally_prefix(ns),
-        ]
-        args = [now_ms, expiry, _entry(entry), *_args(fields)]
+        memory_keys, args = _update_call(ns, old, new, vector, now_ms, entry, marks)
         async with self._guard():
             return bool(await self._update(keys=memory_keys, args=args))
 
@@ -376,13 +477,9 @@ class Store:
         `immutable_type`, nothing is deleted and `Immutable` names it."""
         if not ids:
             return []
-        args: list[Any] = [now_ms, keys.dedup_prefix(ns), _entry(entry), history_ms]
-        args += [immutable_type, *RECORD_FIELDS]
+        delete_keys, args = _delete_call(ns, ids, now_ms, entry, history_ms, immutable_type)
         async with self._guard():
-            rows = await self._delete(
-                keys=[*keys.memory_keys(ns, ids, history=True), keys.tally_prefix(ns)],
-                args=args,
-            )
+            rows = await self._delete(keys=delete_keys, args=args)
         if rows and not isinstance(rows[0], list | None):
             raise Immutable(text(rows[1]))
         return [_record(RECORD_FIELDS, row) if row else None for row in rows]
@@ -395,14 +492,7 @@ class Store:
         missing. Their history gets `entry` with the change."""
         if not ids:
             return []
-        memory_keys: list[str] = []
-        for mid in ids:
-            memory_keys += [keys.record_key(ns, mid), keys.history_key(ns, mid)]
-        memory_keys.append(keys.tally_prefix(ns))
-        pairs = _args(supersede_fields(by))
-        args: list[Any] = [now_ms, by, _entry(entry), keys.dedup_prefix(ns), start_ms]
-        args.append(len(pairs) // 2)
-        args += [*pairs, *RECORD_FIELDS]
+        memory_keys, args = _supersede_call(ns, ids, by, start_ms, now_ms, entry)
         async with self._guard():
             rows = await self._supersede(keys=memory_keys, args=args)
         return [_record(RECORD_FIELDS, row) if row else None for row in rows]
@@ -417,6 +507,27 @@ class Store:
             pipe.llen(key)
             raw, total = await pipe.execute()
         return [_entries.decode(item) for item in raw], int(total)
+
+    async def apply(
+        self, ns: str, steps: list[Step], now_ms: int, immutable_type: str
+    ) -> list[Any]:
+        """Run write steps (`add_step`, ...) in one atomic script, all or none (`APPLY_LUA`):
+        each step's raw result, in order. `Refused` names the first step's action whose
+        precondition failed; nothing is written then."""
+        await self.indexes.get(ns)
+        all_keys: list[str] = []
+        head: list[Any] = [now_ms, len(steps), immutable_type]
+        tail: list[Any] = []
+        for step in steps:
+            all_keys += step.keys
+            tail += step.args
+            head += [step.op, step.action, step.check, step.updated]
+            head += [len(step.keys), len(step.args)]
+        async with self._guard():
+            out = await self._apply(keys=all_keys, args=head + tail)
+        if out and out[0] in (b"refused", "refused"):
+            raise Refused(int(out[1]), text(out[2]))
+        return list(out)
 
     # ------------------------------------------------------------------------- validity
 

@@ -76,6 +76,7 @@ def test_every_operation_has_a_request_class_derived_from_request() -> None:
         "import",
         # v3: what an extractor should do with its facts; forgetting by rank.
         "reconcile",
+        "apply",
         "compact",
     }
     assert all(issubclass(cls, Request) for cls in REQUEST_TYPES.values())
@@ -450,6 +451,13 @@ _NAMED: dict[str, dict[str, object]] = {
     "capture": {"tool": "t", "workspace": _NFD},
     "reconcile": {"facts": [{"content": "x"}], "workspace": _NFD},
     "compact": {"type": "fact", "keep": 1, "by": "recency", "workspace": _NFD},
+    "apply": {
+        "workspace": _NFD,
+        "actions": [
+            {"action": "add", "type": "fact", "content": "x", "related_people": [_NFD]},
+            {"action": "supersede", "id": "m1", "type": "fact", "content": "y", "workspace": _NFD},
+        ],
+    },
     "import": {
         "memories": [
             {

@@ -49,6 +49,7 @@ VALID_BODIES = {
     "export": {"cursor": "0", "limit": 10},
     "reconcile": {"facts": [{"content": "x", "type": "fact"}], "workflow_id": "wf", "limit": 2},
     "compact": {"type": "fact", "keep": 5, "by": "importance", "workflow_id": "wf"},
+    "apply": {"actions": [{"action": "delete", "id": "m1"}], "workflow_id": "wf"},
     "import": {
         "memories": [
             {"id": "01ABC", "type": "fact", "content": "x", "created_at": "2026-01-01T00:00:00Z"}

@@ -1,0 +1,240 @@
+"""`apply` (PROTOCOL.md v3): the writes an extractor decided on (`reconcile`), all at once.
+
+Every action is first checked as its own operation would check it (`prepare_add`,
+`prepare_update`, the target of a supersede or delete live, visible and not a state); any
+failure refuses the whole batch, naming the action's index, and writes nothing. Then all of
+them run in one Redis script (`Store.apply`), which checks each precondition again before it
+writes anything: a memory deleted or changed meanwhile refuses the batch there too. Events
+follow the write, one per memory changed, as the separate operations would publish them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import NamedTuple
+
+import msgspec
+
+from contracts.messages import (
+    AddRequest,
+    Applied,
+    ApplyAdd,
+    ApplyDelete,
+    ApplyReply,
+    ApplyRequest,
+    ApplySupersede,
+    ApplyUpdate,
+)
+from contracts.types import STATE_TYPE
+from handlers.errors import Conflict, HandlerError, InvalidRequest, NotFound, Unavailable
+from handlers.ops.checks import unseen_ids
+from handlers.ops.deps import Deps
+from handlers.ops.events import publish_event
+from handlers.ops.history import entry
+from handlers.ops.registry import handles
+from handlers.ops.workspaces import state_is_immutable
+from handlers.ops.writes import PreparedUpdate, prepare_add, prepare_update
+from handlers.store.record import Record
+from handlers.store.store import Refused, Step, record_row
+
+# Attempts when a memory to update changed between its read and the write.
+_ATTEMPTS = 3
+
+
+class _Planned(NamedTuple):
+    """An action made ready: its steps, and what to announce once they ran."""
+
+    steps: list[Step]
+    added: Record | None = None
+    updated: PreparedUpdate | None = None
+
+
+@handles(ApplyRequest)
+async def apply(ns: str, req: ApplyRequest, deps: Deps) -> ApplyReply:
+    _one_action_per_memory(req)
+    # Updates are made from the memory as read: like `update`, one at a time per memory.
+    updated = sorted({a.id for a in req.actions if isinstance(a, ApplyUpdate)})
+    async with contextlib.AsyncExitStack() as held:
+        for mid in updated:
+            await held.enter_async_context(deps.store.exclusive(ns, f"update:{mid}"))
+        for attempt in range(_ATTEMPTS):
+            try:
+                return await _apply_once(ns, req, deps)
+            except Refused as exc:
+                if exc.why != "changed" or attempt == _ATTEMPTS - 1:
+                    raise _refusal(ns, req, exc) from None
+    raise AssertionError("unreachable")  # the loop returns or raises
+
+
+def _one_action_per_memory(req: ApplyRequest) -> None:
+    seen: dict[str, int] = {}
+    for i, action in enumerate(req.actions):
+        if isinstance(action, ApplyAdd):
+            continue
+        if action.id in seen:
+            raise InvalidRequest(
+                f"actions[{i}] ({_kind(action)}) acts on memory {action.id!r}, as"
+                f" actions[{seen[action.id]}] does: give each memory at most one action."
+            )
+        seen[action.id] = i
+
+
+async def _apply_once(ns: str, req: ApplyRequest, deps: Deps) -> ApplyReply:
+    now = deps.clock()
+    targets = [a.id for a in req.actions if not isinstance(a, ApplyAdd)]
+    unseen = await unseen_ids(ns, targets, deps)
+    planned = []
+    for i, action in enumerate(req.actions):
+        try:
+            planned.append(await _plan(ns, i, action, req, deps, now, unseen))
+        except NotFound as exc:
+            raise NotFound(f"actions[{i}] ({_kind(action)}): {exc.message}") from None
+        except Unavailable:
+            raise
+        except HandlerError as exc:
+            # The contract's refusals are `invalid_request` and `not_found`: a store the
+            # caller cannot write to, or metadata too large, refuse the batch as invalid.
+            raise InvalidRequest(f"actions[{i}] ({_kind(action)}): {exc.message}") from None
+    steps = [step for plan in planned for step in plan.steps]
+    out = await deps.store.apply(ns, steps, now, STATE_TYPE)
+    return await _announce(ns, req, deps, now, planned, out)
+
+
+async def _plan(
+    ns: str,
+    i: int,
+    action: ApplyAdd | ApplyUpdate | ApplySupersede | ApplyDelete,
+    req: ApplyRequest,
+    deps: Deps,
+    now: int,
+    unseen: set[str],
+) -> _Planned:
+    if isinstance(action, ApplyUpdate):
+        if action.id in unseen:
+            raise _not_found(ns, action.id)
+        upd = msgspec.structs.replace(
+            action, agent_id=action.agent_id or req.agent_id, context=action.context or req.context
+        )
+        prepared = await prepare_update(ns, upd, deps, now)
+        step = Step.update(i, ns, prepared.old, prepared.new, prepared.vec, now, prepared.entry)
+        return _Planned([step], updated=prepared)
+    if isinstance(action, ApplyDelete):
+        await _live_target(ns, action.id, deps, now, unseen, "delete")
+        gone = entry("deleted", now, req)
+        keep_ms = deps.settings.history_after_delete_s * 1000
+        return _Planned([Step.delete(i, ns, action.id, now, gone, keep_ms, STATE_TYPE)])
+    if action.supersedes or action.dedup == "semantic":
+        raise InvalidRequest(
+            'an action of apply takes neither `supersedes` nor `dedup: "semantic"`: use a'
+            ' `supersede` action (`{"action": "supersede", "id": <old>, ...}`), and'
+            " `reconcile` to find near-duplicates first"
+        )
+    add = _as_add(action, req)
+    if isinstance(action, ApplySupersede):
+        await _live_target(ns, action.id, deps, now, unseen, "supersede")
+        # The new memory is always a memory of its own: were it a repeat of a live one,
+        # that one would supersede the target, and might be the target itself.
+        add = msgspec.structs.replace(add, dedup="none")
+    rec, vec, _ = await prepare_add(ns, add, deps)
+    steps = [Step.add(i, ns, rec, vec, now, entry("added", now, add, add.agent_id))]
+    if isinstance(action, ApplySupersede):
+        closed = entry("superseded", now, add, add.agent_id)
+        start = rec.valid_from if rec.valid_from is not None else rec.created_at
+        steps.append(Step.supersede(i, ns, action.id, rec.id, start, now, closed))
+    return _Planned(steps, added=rec)
+
+
+def _as_add(action: ApplyAdd | ApplySupersede, req: ApplyRequest) -> AddRequest:
+    """The action as the `add` it is, with the batch's defaults."""
+    fields = {f: getattr(action, f) for f in AddRequest.__struct_fields__}
+    fields["workflow_id"] = action.workflow_id or req.workflow_id
+    fields["workspace"] = action.workspace or req.workspace
+    fields["agent_id"] = action.agent_id or req.agent_id
+    fields["context"] = action.context or req.context
+    return AddRequest(**fields)
+
+
+async def _live_target(
+    ns: str, memory_id: str, deps: Deps, now: int, unseen: set[str], op: str
+) -> None:
+    rec = None if memory_id in unseen else await deps.store.read(ns, memory_id, now)
+    if rec is None:
+        raise _not_found(ns, memory_id)
+    if rec.type == STATE_TYPE:
+        raise state_is_immutable(memory_id, op)
+
+
+def _not_found(ns: str, memory_id: str) -> NotFound:
+    return NotFound(
+        f'memory "{memory_id}" not found (it may have expired or been deleted). Use'
+        f" mem.{ns}.reconcile or mem.{ns}.search to find current ids."
+    )
+
+
+def _kind(action: ApplyAdd | ApplyUpdate | ApplySupersede | ApplyDelete) -> str:
+    return type(action).__struct_config__.tag  # type: ignore[return-value]
+
+
+def _refusal(ns: str, req: ApplyRequest, exc: Refused) -> HandlerError:
+    """The error of a batch the script refused: its precondition changed after the check."""
+    action = req.actions[exc.action]
+    where = f"actions[{exc.action}] ({_kind(action)})"
+    target = getattr(action, "id", None)
+    if exc.why == "missing":
+        return NotFound(f"{where}: {_not_found(ns, str(target)).message} Nothing was written.")
+    if exc.why == "immutable":
+        return InvalidRequest(f"{where}: {state_is_immutable(str(target), 'apply').message}")
+    if exc.why == "unset":
+        return Conflict(f"{where}: the namespace was being set up again; retry the batch.")
+    return Conflict(
+        f"{where}: memory {target!r} changed while the batch was prepared ({exc.why});"
+        " nothing was written: retry it."
+    )
+
+
+async def _announce(
+    ns: str,
+    req: ApplyRequest,
+    deps: Deps,
+    now: int,
+    planned: list[_Planned],
+    out: list[object],
+) -> ApplyReply:
+    """The reply, and each write's events, in action order (`out`: each step's result)."""
+    results: list[Applied] = []
+    added: list[Record] = []
+    at = 0
+    for i, (action, plan) in enumerate(zip(req.actions, planned, strict=True)):
+        got, at = out[at : at + len(plan.steps)], at + len(plan.steps)
+        kind = _kind(action)
+        if plan.updated is not None:
+            new = plan.updated.new
+            by = getattr(action, "agent_id", None) or req.agent_id
+            await publish_event(deps, ns, "updated", new, now, agent_id=by)
+            results.append(Applied(index=i, id=new.id, action=kind))  # type: ignore[arg-type]
+            continue
+        if plan.added is None:  # a delete
+            rows = got[0]
+            gone = record_row(rows[0]) if isinstance(rows, list) else None
+            if gone is not None:
+                await publish_event(deps, ns, "deleted", gone, now)
+            results.append(Applied(index=i, id=action.id, action="delete"))  # type: ignore[union-attr]
+            continue
+        repeat = record_row(got[0]) if isinstance(got[0], list) else None
+        if repeat is not None:  # an add that repeated a live memory: its mention counted
+            await publish_event(deps, ns, "updated", repeat, now)
+            results.append(Applied(index=i, id=repeat.id, action=kind))  # type: ignore[arg-type]
+            continue
+        rec = plan.added
+        added.append(rec)
+        await publish_event(deps, ns, "added", rec, now)
+        if len(got) > 1 and isinstance(got[1], list):
+            old = record_row(got[1][0])
+            if old is not None:
+                await publish_event(deps, ns, "updated", old, now, agent_id=rec.agent_id)
+        results.append(Applied(index=i, id=rec.id, action=kind))  # type: ignore[arg-type]
+    deps.store.added(ns, added)
+    changed = [p.updated.new for p in planned if p.updated is not None]
+    if changed:
+        deps.store.count_words_later(ns, changed)
+    return ApplyReply(results=results)
