@@ -1,4 +1,4 @@
-"""The memory bus as an MCP server: the 20 tools of `bus.tools`, over stdio (default) or
+"""The memory bus as an MCP server: the 21 tools of `bus.tools`, over stdio (default) or
 streamable HTTP (`--http PORT`), on the official MCP Python SDK (`pip install '.[mcp]'`).
 
     python -m bus.mcp            # or: membus-mcp

@@ -223,6 +223,14 @@ class ToolExecutor:
         # The request structs know the hidden fields, so msgspec alone would let a model
         # set its own identity: check against the tool's schema first.
         known = list(spec.parameters["properties"])
+        for action in args.get("actions", []) if spec.op == "apply" else ():
+            hidden = [f for f in HIDDEN_FIELDS if isinstance(action, dict) and f in action]
+            if hidden:
+                raise ToolCallError(
+                    "invalid_request",
+                    f'Leave out "{hidden[0]}" from the actions of {spec.name}: the memory tool'
+                    " sets it itself.",
+                )
         for field in args:
             if field in known:
                 continue

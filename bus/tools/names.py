@@ -16,6 +16,7 @@ TOOL_OPS: dict[str, str] = {
     "memory_history": "history",
     "memory_people": "people",
     "memory_reconcile": "reconcile",
+    "memory_apply": "apply",
     "create_workspace": "create_workspace",
     "list_workspaces": "list_workspaces",
     "load_workspace": "load_workspace",

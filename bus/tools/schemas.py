@@ -71,6 +71,24 @@ def _not_null(prop: dict[str, Any]) -> dict[str, Any]:
     return prop
 
 
+def _without_hidden(node: Any) -> Any:
+    """A nested schema without the executor's own fields (`HIDDEN_FIELDS`) anywhere."""
+    if isinstance(node, list):
+        return [_without_hidden(v) for v in node]
+    if not isinstance(node, dict):
+        return node
+    # A tagged union's `discriminator` maps tags to `$ref`s: each option's `action` enum
+    # says the same, in the form function-calling schemas take.
+    out = {k: _without_hidden(v) for k, v in node.items() if k != "discriminator"}
+    if isinstance(out.get("properties"), dict):
+        out["properties"] = {
+            k: _not_null(v) for k, v in out["properties"].items() if k not in HIDDEN_FIELDS
+        }
+    if isinstance(out.get("required"), list):
+        out["required"] = [r for r in out["required"] if r not in HIDDEN_FIELDS]
+    return out
+
+
 def request_schema(op: str) -> dict[str, Any]:
     """The operation's request schema as msgspec generates it, `$ref`s inlined and patterns
     in ECMAScript syntax: a plain `type: object` schema."""
@@ -85,6 +103,9 @@ def tool_schema(name: str) -> dict[str, Any]:
     full = request_schema(op)
     hidden = set(HIDDEN_FIELDS)
     props = {k: _not_null(v) for k, v in full["properties"].items() if k not in hidden}
+    if "actions" in props:
+        # `apply`'s actions are requests of their own: their identity is the executor's too.
+        props["actions"] = _without_hidden(props["actions"])
     required = [r for r in full.get("required", []) if r not in hidden]
     required += [r for r in _MORE_REQUIRED.get(op, ()) if r not in required]
     if op in STATE_OPS:
@@ -133,7 +154,7 @@ class ToolSpec:
 
 
 def tool_specs(types: TypeTable = DEFAULT_TYPES) -> list[ToolSpec]:
-    """The 20 tools; `types` is the handlers' type table when it is not the default."""
+    """The 21 tools; `types` is the handlers' type table when it is not the default."""
     descriptions = tool_descriptions(types)
     specs = []
     for name, op in TOOL_OPS.items():

@@ -166,6 +166,16 @@ FIELD_TEXTS: dict[str, dict[str, str]] = {
         "workspace": _WORKSPACE_FILTER,
         "limit": "How many nearest memories to return per fact (default 3, at most 10).",
     },
+    "memory_apply": {
+        "actions": (
+            "Up to 50 writes, applied all together or not at all. Each is one of"
+            ' {"action": "add", "type", "content", ...memory_add fields},'
+            ' {"action": "supersede", "id": <target from memory_reconcile>, "type", "content",'
+            ' ...}, {"action": "update", "id", ...memory_update fields} or'
+            ' {"action": "delete", "id"}.'
+        ),
+        "workspace": _WORKSPACE_FILTER,
+    },
     "create_workspace": {
         "name": _WS_NAME,
         "description": "What this workspace is.",
@@ -262,6 +272,21 @@ EXAMPLES: dict[str, dict[str, Any]] = {
         "facts": [
             {"content": "Deploys of Project Alpha go through `make ship`", "type": "knowledge"},
             {"content": "The user prefers answers with code examples", "type": "user_pref"},
+        ]
+    },
+    "memory_apply": {
+        "actions": [
+            {
+                "action": "supersede",
+                "id": _EXAMPLE_ID,
+                "type": "knowledge",
+                "content": "Deploys of Project Alpha go through `make ship` (since June).",
+            },
+            {
+                "action": "add",
+                "type": "user_pref",
+                "content": "The user prefers answers with code examples.",
+            },
         ]
     },
     "create_workspace": {
@@ -440,6 +465,13 @@ def tool_descriptions(types: TypeTable) -> dict[str, str]:
             " says something else about the same thing: memory_add the fact with"
             " `supersedes: [target]`), or `add` (new: memory_add it). Stores nothing itself.\n\n"
             f"Example: {_ex('memory_reconcile')}"
+        ),
+        "memory_apply": (
+            "Store what memory_reconcile told you to, in one step: the `add` and `supersede`"
+            " facts (and any `update` or `delete` you decided), all applied together, or, if"
+            " one is refused, none (the error names it: fix it and send the batch again)."
+            " Leave out the `noop` facts.\n\n"
+            f"Example: {_ex('memory_apply')}"
         ),
         "create_workspace": (
             "Create a workspace: a named container for one project (its folder, purpose,"

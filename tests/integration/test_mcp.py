@@ -66,7 +66,7 @@ async def memory(servers: Any, ns: str) -> AsyncIterator[MemoryBus]:
     await bus.close()
 
 
-async def test_the_server_lists_the_twenty_tools_with_our_schemas(mcp_client: Connect) -> None:
+async def test_the_server_lists_the_twenty_one_tools_with_our_schemas(mcp_client: Connect) -> None:
     async with mcp_client() as client:
         listed = await client.list_tools()
         instructions = client.instructions
@@ -153,7 +153,7 @@ async def test_the_server_starts_and_answers_while_nats_is_down(mcp_client: Conn
         s.bind(("127.0.0.1", 0))
         dead = f"nats://127.0.0.1:{s.getsockname()[1]}"
     async with mcp_client(MEMBUS_NATS_URL=dead) as client:
-        assert len((await client.list_tools()).tools) == 20
+        assert len((await client.list_tools()).tools) == 21
         down = await tool(client, "memory_search", {"query": "anything"})
         mistake = await tool(client, "memory_search", {"query": "x", "colour": "red"})
     assert down["code"] == "unavailable" and "Retry" in down["error"]

@@ -113,6 +113,28 @@ async def test_a_repeat_bumps_mention_count_and_supersedes_hides_the_old(
     assert [r["id"] for r in found["results"]] == [newer["id"]]
 
 
+async def test_reconcile_then_apply_as_a_model_would(executor: ToolExecutor) -> None:
+    old = await ok(
+        executor, "memory_add", {"type": "knowledge", "content": "Deploy with make deploy"}
+    )
+    example_ = EXAMPLES["memory_apply"]
+    actions = [{**example_["actions"][0], "id": old["id"]}, example_["actions"][1]]
+
+    applied = await ok(executor, "memory_apply", {"actions": actions})
+
+    assert [r["action"] for r in applied["results"]] == ["supersede", "add"]
+    got = await ok(executor, "memory_get", {"ids": [r["id"] for r in applied["results"]]})
+    assert {m["agent_id"] for m in got["memories"]} == {"tool-agent"}
+    assert {m["session_id"] for m in got["memories"]} == {"sess-tools"}
+    # Identity stays the executor's, inside the actions too.
+    reply = await call(
+        executor,
+        "memory_apply",
+        {"actions": [{"action": "add", "type": "fact", "content": "x", "workflow_id": "wf_x"}]},
+    )
+    assert reply["success"] is False and "workflow_id" in reply["error"]
+
+
 async def test_an_error_reply_comes_back_as_the_servers_recovery_text(
     executor: ToolExecutor, bus: MemoryBus
 ) -> None:

@@ -47,6 +47,7 @@ EXPECTED_NAMES = [
     "memory_history",
     "memory_people",
     "memory_reconcile",
+    "memory_apply",
     "create_workspace",
     "list_workspaces",
     "load_workspace",
@@ -107,7 +108,7 @@ def walk(node: Any) -> list[dict[str, Any]]:
 # ----------------------------------------------------------------------------- definitions
 
 
-def test_the_tools_are_exactly_the_twenty_in_order() -> None:
+def test_the_tools_are_exactly_the_twenty_one_in_order() -> None:
     assert [spec.name for spec in SPECS] == EXPECTED_NAMES
     assert list(TOOL_NAMES) == EXPECTED_NAMES
     assert all(TOOL_OPS[spec.name] == spec.op for spec in SPECS)
