@@ -1,6 +1,7 @@
 """A short demo: two agents in two workflows share a preference and a decision through the
 bus, while a third agent subscribes to the namespace's events and prints them. Then the team
-changes its mind (a decision superseded by a newer one), and an assistant recalls memories
+changes its mind (a decision superseded by a newer one), a fact that changed is read as of
+last week and now, and an assistant recalls memories
 before two turns of one session: the second turn gets no repeats. A lead writes a decision
 through JetStream, and a guest of lower trust sees only the social store. Last, a coding agent works
 in a workspace: it saves a state in one session and loads it in another, its wrapped tools
@@ -13,6 +14,7 @@ import contextlib
 import json
 import sys
 import uuid
+from datetime import UTC, datetime, timedelta
 
 from bus import AgentMemory, Conflict, MemoryBus
 from bus.capture import captured
@@ -85,6 +87,22 @@ async def run_demo(nats_url: str, namespace: str = "demo") -> None:
         print(f"  with include_superseded: {len(kept.results)} decisions")
         trail = await writer.history(dec.id)
         print(f"  history of the old one: {' -> '.join(e.event for e in trail.entries)}")
+
+        print("\n== a fact that changed: read as of last week, and now")
+        now = datetime.now(UTC)
+        lisbon = await researcher.add(
+            "fact", "The team's office is in Lisbon", valid_from=now - timedelta(days=30)
+        )
+        porto = await researcher.add(
+            "fact",
+            "The team's office is in Porto (moved three days ago)",
+            valid_from=now - timedelta(days=3),
+            supersedes=[lisbon.id],
+        )
+        print(f"  fact      -> {porto.id} holds from 3 days ago, closing {lisbon.id}")
+        for label, as_of in (("a week ago", now - timedelta(days=7)), ("now", None)):
+            hits = await writer.search("where is the office?", types=["fact"], limit=1, as_of=as_of)
+            print(f"  as of {label:<10}: {[h.content for h in hits.results]}")
 
         print("\n== an assistant recalls before each turn of one session")
         await writer.add("knowledge", "Architecture notes use short sections and a decision log")
