@@ -4,7 +4,8 @@ reconciled with what the bus holds, then written.
 The service never calls a model (PROTOCOL.md v3): this agent does, outside it, as one more
 agent on the bus. For each fact the model proposes, `reconcile` says whether it is known
 (`noop`: nothing to write), says something else than a stored memory (`supersede`: the
-fact is added superseding it), or is new (`add`).
+fact is added superseding it), or is new (`add`); the writes go in one `apply`, all or
+none.
 
     MEMBUS_NATS_URL=nats://127.0.0.1:4222 \\
     EXTRACTOR_BASE_URL=http://127.0.0.1:11434/v1 EXTRACTOR_MODEL=llama3.1 \\
@@ -97,23 +98,40 @@ class Chat:
 
 
 async def extract(mem: AgentMemory, chat: Chat, conversation: str) -> list[dict[str, Any]]:
-    """Extract, reconcile, write; what was done with each fact."""
+    """Extract, reconcile, then write every new and changed fact in one atomic `apply`;
+    what was done with each fact."""
     facts = await chat.facts(conversation)
     if not facts:
         return []
     plan = await mem.reconcile(facts)
-    done = []
+    done: list[dict[str, Any]] = []
+    actions: list[dict[str, Any]] = []
+    writes: list[dict[str, Any]] = []  # the entries of `done` that `actions` write
+    targets: set[str] = set()
     for fact, result in zip(facts, plan.results, strict=True):
         entry: dict[str, Any] = {"content": fact.content, "action": result.action}
+        done.append(entry)
         if result.action == "noop":
             entry["id"] = result.target
-        else:
-            supersedes = [result.target] if result.action == "supersede" and result.target else []
-            added = await mem.add(
-                fact.type or "fact", fact.content, supersedes=supersedes, source="auto"
-            )
-            entry.update(id=added.id, supersedes=supersedes)
-        done.append(entry)
+            continue
+        action: dict[str, Any] = {
+            "action": "add",
+            "type": fact.type or "fact",
+            "content": fact.content,
+            "source": "auto",
+        }
+        # One action per memory: a second fact that would supersede the same memory is
+        # added beside the first.
+        if result.action == "supersede" and result.target and result.target not in targets:
+            action.update(action="supersede", id=result.target)
+            targets.add(result.target)
+        entry["supersedes"] = [action["id"]] if "id" in action else []
+        actions.append(action)
+        writes.append(entry)
+    if actions:
+        applied = await mem.apply(actions)
+        for entry, result in zip(writes, applied.results, strict=True):
+            entry["id"] = result.id
     return done
 
 
