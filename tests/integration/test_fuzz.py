@@ -39,6 +39,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "timeline",
         "clear_by_type",
         "compact",
+        "apply",
     ),
     "reads": ("search", "describe", "list", "people", "recall", "reconcile"),
     "workspaces": (
