@@ -719,6 +719,7 @@ class AgentMemory:
         store: Literal["private", "shared", "social"] | None = None,
         valid_from: datetime | None = None,
         valid_until: datetime | None = None,
+        idle_ttl_s: int | None = None,
     ) -> AddRequest:
         """The request of `add` (see it), with this handle's identity and workspace."""
         return _build(
@@ -746,6 +747,7 @@ class AgentMemory:
             store=store,
             valid_from=valid_from,
             valid_until=valid_until,
+            idle_ttl_s=idle_ttl_s,
             context=self._context,
         )
 
@@ -763,6 +765,8 @@ class AgentMemory:
         `store` picks the trust-gated store (default: the connection's trust decides).
         `valid_from` / `valid_until` say when the fact held in the world (v3); a memory
         whose `valid_until` has passed is left out of reads unless they ask `as_of`.
+        `idle_ttl_s` forgets it once no read has returned it for that long (never past
+        its `ttl_s`).
         Through JetStream instead: `mem.durable.add(...)` (see `DurableWrites`).""",
     )
 

@@ -60,6 +60,8 @@ StoreScope = Literal["general", "workflow"]
 # Trust-gated stores: which one a memory is in; see contracts.subjects for trust.
 MemoryStore = Literal["private", "shared", "social"]
 TtlSeconds = Annotated[int, msgspec.Meta(ge=0, le=limits.MAX_TTL_S)]
+# v3: forgotten this long after the last access (each read pushes it).
+IdleTtlSeconds = Annotated[int, msgspec.Meta(ge=60, le=limits.MAX_TTL_S)]
 Name = Annotated[
     str, msgspec.Meta(min_length=1, max_length=limits.MAX_NAME_CHARS, pattern=NAME_PATTERN)
 ]
@@ -169,6 +171,9 @@ class AddRequest(Request, kw_only=True):
     workflow_id: WorkflowId | None = None
     scope: StoreScope | None = None
     ttl_s: TtlSeconds | None = None
+    # v3: forgotten this long after its last access (None: the type's, if any); never kept
+    # past `ttl_s`.
+    idle_ttl_s: IdleTtlSeconds | None = None
     agent_id: AgentId | None = None
     source: Source | None = None
     metadata: dict[str, Any] | None = None
@@ -673,6 +678,7 @@ class ImportedMemory(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     embedding: Embedding | None = None
     valid_from: datetime | None = None
     valid_until: datetime | None = None
+    idle_ttl_s: IdleTtlSeconds | None = None
 
     def __post_init__(self) -> None:
         nfc_names(self)
@@ -729,6 +735,8 @@ class Memory(msgspec.Struct, kw_only=True):
     # supersede closes `valid_until` at the newer memory's start.
     valid_from: datetime | None = None
     valid_until: datetime | None = None
+    # v3: forgotten this long after its last access (`expires_at` then moves with reads).
+    idle_ttl_s: int | None = None
 
 
 class ScoredMemory(Memory, kw_only=True):

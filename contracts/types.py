@@ -18,6 +18,8 @@ class TypeConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
     scope: Literal["general", "workflow"]
     # None: permanent.
     ttl_s: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    # v3: forgotten this long after its last access (None: not for idleness).
+    idle_ttl_s: Annotated[int, msgspec.Meta(ge=60)] | None = None
 
 
 TypeTable = dict[str, TypeConfig]

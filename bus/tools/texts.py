@@ -67,6 +67,10 @@ FIELD_TEXTS: dict[str, dict[str, str]] = {
         "ttl_s": (
             "Forget it after this many seconds; leave out for the type's default, 0 = keep forever."
         ),
+        "idle_ttl_s": (
+            "Forget it once nobody has read it for this many seconds (at least 60); every"
+            " read keeps it longer. For scratch notes that matter only while in use."
+        ),
         "source": 'Where the information came from (a URL, a file, "user").',
         "metadata": "Free JSON object (at most 8 KiB) returned as given.",
         "dedup": (

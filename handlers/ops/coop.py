@@ -76,6 +76,7 @@ async def timeline(
         )
         after = sorted((r for r in newer.items if _order(r) > key), key=_order)[: req.after]
     window = [*before, anchor, *after]
+    deps.store.keep_alive_later(ns, window, now)
     if req.mode == "full":
         return TimelineReply(memories=[to_memory(r) for r in window], anchor_index=len(before))
     return CompactTimelineReply(memories=[to_compact(r) for r in window], anchor_index=len(before))

@@ -14,7 +14,7 @@ from handlers.errors import NotFound
 from handlers.ops.clock import expiry_dt, ms_to_dt, opt_dt
 from handlers.ops.deps import Deps
 from handlers.ops.registry import handles
-from handlers.store.record import Entry, Record
+from handlers.store.record import PERMANENT_MS, Entry, Record
 
 # Entries a history read returns at most (a memory mentioned ever so often has more).
 MAX_ENTRIES = 1000
@@ -40,7 +40,10 @@ def _shown(rec: Record) -> dict[str, Any]:
         "content": rec.content,
         "tags": list(rec.tags),
         "importance": rec.importance,
-        "expires_at": expiry_dt(rec.expires_at),
+        # An idle memory's TTL (its indexed expiry moves with every access).
+        "expires_at": expiry_dt(
+            rec.expires_at if rec.idle_ttl_s is None else rec.ttl_until or PERMANENT_MS
+        ),
         "valid_from": opt_dt(rec.valid_from),
         "valid_until": opt_dt(rec.valid_until),
     }

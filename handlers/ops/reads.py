@@ -74,6 +74,7 @@ async def list_(ns: str, req: ListRequest, deps: Deps) -> ListReply | CompactLis
         )
         shape = Summary if req.mode == "compact" else Record
         page = await deps.store.page(ns, where, shape, offset=req.offset, limit=req.limit)
+    deps.store.keep_alive_later(ns, page.items, now)
     if req.mode == "compact":
         items = within(req.max_tokens, [to_compact(s) for s in page.items], lambda c: c.preview)
         return CompactListReply(count=len(items), total=page.total, memories=items)

@@ -24,7 +24,7 @@ from contracts.messages import (
     preview,
 )
 from handlers.ops.clock import expiry_dt, ms_to_dt, opt_dt, opt_ms
-from handlers.store.record import Record, Summary
+from handlers.store.record import Record, Summary, expiry
 
 W = TypeVar("W", bound=msgspec.Struct)
 
@@ -82,15 +82,19 @@ def _same(value: Any) -> Any:
     return value
 
 
-def _counters(access_count: int, last_accessed_ms: int | None) -> dict[str, Any]:
-    return {
+def _counters(rec: Record, access_count: int, last_accessed_ms: int | None) -> dict[str, Any]:
+    out = {
         "access_count": access_count,
         "last_accessed_at": ms_to_dt(last_accessed_ms) if last_accessed_ms else None,
     }
+    if rec.idle_ttl_s is not None:
+        # Idle: its expiry follows its last access (its stored `expires_at` runs ahead).
+        out["expires_at"] = expiry_dt(expiry(rec, max(rec.updated_at, last_accessed_ms or 0)))
+    return out
 
 
 def to_memory(rec: Record, access_count: int = 0, last_accessed_ms: int | None = None) -> Memory:
-    return as_wire(Memory, rec, **_counters(access_count, last_accessed_ms))
+    return as_wire(Memory, rec, **_counters(rec, access_count, last_accessed_ms))
 
 
 def to_exported(
@@ -100,7 +104,7 @@ def to_exported(
     embedding: list[float] | None = None,
 ) -> ExportedMemory:
     return as_wire(
-        ExportedMemory, rec, **_counters(access_count, last_accessed_ms), embedding=embedding
+        ExportedMemory, rec, **_counters(rec, access_count, last_accessed_ms), embedding=embedding
     )
 
 
@@ -113,7 +117,7 @@ def to_scored(
     similarity: float,
     text_score: float,
 ) -> ScoredMemory:
-    counters = _counters(access_count, last_accessed_ms)
+    counters = _counters(rec, access_count, last_accessed_ms)
     scores = {"score": score, "similarity": similarity, "text_score": text_score}
     return as_wire(ScoredMemory, rec, **counters, **scores)
 

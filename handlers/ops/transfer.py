@@ -32,7 +32,7 @@ from handlers.ops.registry import handles
 from handlers.ops.replies import as_record, to_exported
 from handlers.ops.vectors import embed_texts, given_vector
 from handlers.ops.writes import content_hash
-from handlers.store.record import PERMANENT_MS, Entry, Record
+from handlers.store.record import PERMANENT_MS, Entry, Record, expiry, lifetime
 
 _encoder = msgspec.json.Encoder()
 # Room in a reply for everything but its memories (the envelope, cursor, pending ids).
@@ -96,7 +96,17 @@ def _record(m: ImportedMemory, deps: Deps) -> Record:
     )
     if m.content_hash is None:
         rec = msgspec.structs.replace(rec, content_hash=content_hash(rec))
+    if rec.idle_ttl_s is not None:
+        # Idle: it expires that long after its last access, as where it was exported.
+        rec = msgspec.structs.replace(
+            rec, **lifetime(_last_access(m, rec), PERMANENT_MS, rec.idle_ttl_s)
+        )
     return rec
+
+
+def _last_access(m: ImportedMemory, rec: Record) -> int:
+    last = dt_to_ms(m.last_accessed_at) if m.last_accessed_at else 0
+    return max(rec.updated_at, last)
 
 
 async def _vectors(
@@ -136,7 +146,7 @@ async def import_(ns: str, req: ImportRequest, deps: Deps) -> ImportReply:
     present = await deps.store.transfer.existing(ns, ids)
     todo: list[tuple[ImportedMemory, Record]] = []
     for m, rec in checked:
-        if rec.expires_at <= now:
+        if expiry(rec, _last_access(m, rec)) <= now:
             reply.expired.append(m.id)
         elif m.id in present:
             reply.existing.append(m.id)

@@ -46,7 +46,7 @@ from handlers.ops.vectors import request_vector
 from handlers.ops.workspaces import state_is_immutable, workspace_not_found
 from handlers.store.filters import ReadScope, in_store, read_filter
 from handlers.store.ids import derived_id, new_id
-from handlers.store.record import Entry, Record
+from handlers.store.record import PERMANENT_MS, Entry, Record, lifetime
 from handlers.store.store import AlreadyApplied, Immutable
 
 # clear_by_type deletes in batches this small, so that Redis (which runs each batch's script
@@ -216,7 +216,11 @@ async def prepare_add(
         workflow_id=workflow_id,
         created_at=now,
         updated_at=now,
-        expires_at=expires_ms(now, cfg.ttl_s if req.ttl_s is None else req.ttl_s),
+        **lifetime(
+            now,
+            expires_ms(now, cfg.ttl_s if req.ttl_s is None else req.ttl_s),
+            cfg.idle_ttl_s if req.idle_ttl_s is None else req.idle_ttl_s,
+        ),
         metadata=metadata,
         session_id=req.context.session_id if req.context else None,
         store=store,
@@ -406,7 +410,12 @@ async def prepare_update(ns: str, req: UpdateRequest, deps: Deps, now: int) -> P
         new = msgspec.structs.replace(new, tags=tuple(req.tags))
     if req.importance is not None:
         new = msgspec.structs.replace(new, importance=req.importance)
-    if req.ttl_s is not None:
+    if new.idle_ttl_s is not None:
+        # An update is an access: an idle memory's expiry moves (to its new TTL's end at most).
+        cap = new.ttl_until or PERMANENT_MS
+        cap = cap if req.ttl_s is None else expires_ms(now, req.ttl_s)
+        new = msgspec.structs.replace(new, **lifetime(now, cap, new.idle_ttl_s))
+    elif req.ttl_s is not None:
         new = msgspec.structs.replace(new, expires_at=expires_ms(now, req.ttl_s))
     new = _revalidated(req, new)
     done = entry("updated", now, req, req.agent_id, update_changes(old, new))

@@ -38,6 +38,8 @@ class Summary(msgspec.Struct, kw_only=True, rename=STORAGE_NAMES):
     # None: a general memory, found from every workflow.
     workflow_id: str | None = None
     created_at: int  # epoch ms, like every time of a record
+    # v3: forgotten this long after the last access (see Record.ttl_until).
+    idle_ttl_s: int | None = None
 
 
 class Record(Summary, kw_only=True):
@@ -71,6 +73,9 @@ class Record(Summary, kw_only=True):
     # v3 validity, epoch ms (None: open). The index reads them as `vf` and `vu` (`_stored`).
     valid_from: int | None = None
     valid_until: int | None = None
+    # v3 idleness (`idle_ttl_s`): never kept past `ttl_until` (its TTL's end; None: none).
+    # `expires_at` is then the index's bound (`idle_expiry`).
+    ttl_until: int | None = None
 
 
 class Candidate(
@@ -207,6 +212,33 @@ def _stored(rec: Record) -> dict[str, Any]:
     if ended(rec):
         out["superseded"] = "1"
     return out
+
+
+def idle_expiry(idle_ttl_s: int, at_ms: int, cap_ms: int) -> tuple[int, int]:
+    """When a memory forgotten `idle_ttl_s` after its last access, at `at_ms`, expires (its
+    keys' PEXPIREAT), never past `cap_ms`; and the `expires_at` it is indexed with: a tenth
+    of its idle time later, so that reads, which push the expiry, re-index it (an HSET, and
+    its vector with it) at most once per tenth of its idle time, never on every read."""
+    native = min(at_ms + idle_ttl_s * 1000, cap_ms)
+    return native, min(native + idle_ttl_s * 100, cap_ms)
+
+
+def lifetime(now_ms: int, cap_ms: int, idle_ttl_s: int | None) -> dict[str, Any]:
+    """The record fields of a memory written now that expires at `cap_ms` (its TTL's end,
+    PERMANENT_MS for none), or, idle, `idle_ttl_s` after its last access (`idle_expiry`)."""
+    if idle_ttl_s is None:
+        return {"expires_at": cap_ms, "idle_ttl_s": None, "ttl_until": None}
+    bound = idle_expiry(idle_ttl_s, now_ms, cap_ms)[1]
+    until = None if cap_ms >= PERMANENT_MS else cap_ms
+    return {"expires_at": bound, "idle_ttl_s": idle_ttl_s, "ttl_until": until}
+
+
+def expiry(rec: Record, at_ms: int) -> int:
+    """When the memory, last accessed at `at_ms`, expires: its `expires_at`, or, idle, that
+    long after `at_ms` (`idle_expiry`)."""
+    if rec.idle_ttl_s is None:
+        return rec.expires_at
+    return idle_expiry(rec.idle_ttl_s, at_ms, rec.ttl_until or PERMANENT_MS)[0]
 
 
 def validity(rec: Record) -> tuple[int, int]:

@@ -14,7 +14,7 @@ from handlers.store.keys import (
     pool_index_name,
     record_prefix,
 )
-from handlers.store.record import PEOPLE_SEPARATOR, PERMANENT_MS, Record, new_fields
+from handlers.store.record import PEOPLE_SEPARATOR, PERMANENT_MS, Record, expiry, new_fields
 
 # The hash field that holds a memory's embedding (float32 bytes), written beside the record.
 VECTOR_FIELD = "embedding"
@@ -24,12 +24,16 @@ POOL_FIELD = "pool"
 TEXT_FIELDS = ("content", "tagtext")
 
 
-def new_hash(rec: Record, vector: np.ndarray) -> tuple[dict[str, Any], int]:
+def new_hash(
+    rec: Record, vector: np.ndarray, accessed_ms: int | None = None
+) -> tuple[dict[str, Any], int]:
     """A new memory's hash (its record's fields and its vector), and the expiry the write
-    scripts give it with PEXPIREAT: epoch ms, or 0 for a permanent memory."""
+    scripts give it with PEXPIREAT: epoch ms, or 0 for a permanent memory. An idle one
+    (`idle_ttl_s`) expires that long after `accessed_ms` (default: its `updated_at`)."""
     fields = new_fields(rec)
     fields[VECTOR_FIELD] = vector.astype(np.float32).tobytes()
-    return fields, 0 if rec.expires_at == PERMANENT_MS else rec.expires_at
+    expires = expiry(rec, rec.updated_at if accessed_ms is None else accessed_ms)
+    return fields, 0 if expires == PERMANENT_MS else expires
 
 
 class NamespaceMeta(msgspec.Struct, frozen=True):

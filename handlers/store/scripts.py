@@ -116,6 +116,7 @@ local function track_validity(p, id, rec)
   end
 end
 local function retally(p, id, rec, now)
+  if not id then return end  -- its record is gone already (written with an expiry past)
   track_validity(p, id, rec)
   local new = tally_desc(rec, now)
   local enc = new and cjson.encode(new) or false
@@ -125,8 +126,10 @@ local function retally(p, id, rec, now)
   if new then
     tally_apply(p, id, new, 1)
     redis.call('HSET', p .. 'd', id, enc)
-    if tonumber(new[8]) < $permanent then
-      redis.call('ZADD', p .. 'x', new[8], id)
+    -- By the key's own expiry: an idle memory's runs ahead of its `expires_at` (keep_alive).
+    local t = redis.call('PEXPIRETIME', rec)
+    if t > 0 then
+      redis.call('ZADD', p .. 'x', t, id)
     else
       redis.call('ZREM', p .. 'x', id)
     end
@@ -170,10 +173,45 @@ end
 """
 
 
-def _script(source: str, follow: bool = False, pooled: bool = False, tally: bool = False) -> str:
+# v3 idleness: push the expiry of a memory with `idle_ttl_s` to that long after now (never
+# past `ttl_until`) on every key it has, and in the tallies' expiry set; its indexed
+# `expires_at` only when the expiry would pass it (record.idle_expiry). `p`: the tally
+# prefix; `hists`, `dedups`: the history and dedup key prefixes.
+_KEEP = """
+local function keep_alive(rec, acc, now, hists, dedups, p)
+  local f = redis.call('HMGET', rec, '$id', '$idle_ttl_s', '$ttl_until', '$expires_at',
+    '$content_hash')
+  if not f[1] or not f[2] then return end
+  local idle = tonumber(f[2])
+  local cap = tonumber(f[3] or '$permanent')
+  local t = math.min(now + idle * 1000, cap)
+  if redis.call('PEXPIRETIME', rec) >= t then return end
+  redis.call('PEXPIREAT', rec, t)
+  redis.call('PEXPIREAT', acc, t)
+  redis.call('PEXPIREAT', hists .. f[1], t)
+  if f[5] and redis.call('GET', dedups .. f[5]) == f[1] then
+    redis.call('PEXPIREAT', dedups .. f[5], t)
+  end
+  redis.call('ZADD', p .. 'x', 'XX', t, f[1])
+  if tonumber(f[4]) < t then
+    redis.call('HSET', rec, '$expires_at', math.min(t + idle * 100, cap))
+    retally(p, f[1], rec, now)
+  end
+end
+"""
+
+
+def _script(
+    source: str,
+    follow: bool = False,
+    pooled: bool = False,
+    tally: bool = False,
+    keep: bool = False,
+) -> str:
     """The script with record field names filled in (and `follow`, `pooled` and `tally`,
     where they are used)."""
-    helpers = (_FOLLOW if follow else "") + (_POOLED if pooled else "") + (_TALLY if tally else "")
+    helpers = (_FOLLOW if follow else "") + (_POOLED if pooled else "")
+    helpers += (_TALLY if tally or keep else "") + (_KEEP if keep else "")
     return Template(helpers + source).substitute(
         _NAMES,
         permanent=PERMANENT_MS,
@@ -183,21 +221,25 @@ def _script(source: str, follow: bool = False, pooled: bool = False, tally: bool
     )
 
 
-# Read live memories and (when ARGV[2] is '1') count this access, in one round trip. ARGV[1]
-# is now (ms), ARGV[3..] the record fields to return, `expires_at` first. Each result is
+# Read live memories and (when ARGV[2] is '1') count this access, in one round trip; with
+# '1' or '2' (an access not counted: `list`), push an idle memory's expiry (keep_alive).
+# ARGV[1] is now (ms), ARGV[3..5] the history, dedup and tally prefixes, ARGV[6..] the record
+# fields to return, `expires_at` first. Each result is
 # false (missing or expired) or the field values followed by the access counters as they were
 # before this access. The access hash inherits the record's expiry; checking the record first
 # keeps a bump from resurrecting a deleted memory as a stray key.
-FETCH_LUA = _script("""
+FETCH_LUA = _script(
+    """
 local out = {}
 local now = tonumber(ARGV[1])
 local fields = {}
-for j = 3, #ARGV do fields[#fields + 1] = ARGV[j] end
+for j = 6, #ARGV do fields[#fields + 1] = ARGV[j] end
 for i = 1, #KEYS, 2 do
   local rec, acc = KEYS[i], KEYS[i + 1]
   local vals = redis.call('HMGET', rec, unpack(fields))
   if vals[1] and tonumber(vals[1]) > now then
     local old = redis.call('HMGET', acc, 'access_count', 'last_accessed_at')
+    if ARGV[2] ~= '0' then keep_alive(rec, acc, now, ARGV[3], ARGV[4], ARGV[5]) end
     if ARGV[2] == '1' then
       redis.call('HINCRBY', acc, 'access_count', 1)
       redis.call('HSET', acc, 'last_accessed_at', ARGV[1])
@@ -212,7 +254,9 @@ for i = 1, #KEYS, 2 do
   end
 end
 return out
-""")
+""",
+    keep=True,
+)
 
 # One hash field of many keys in one command (a pipeline of HGETs costs the client more
 # than Redis): the embeddings of candidates. ARGV[1] is the field; false where missing.

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from typing import Any, Generic, NamedTuple, TypeVar
 
 import msgspec
@@ -51,6 +51,9 @@ from handlers.store.record import (
     mark_field,
     storage_fields,
     supersede_fields,
+)
+from handlers.store.record import (
+    expiry as record_expiry,
 )
 from handlers.store.replicas import Replicas
 from handlers.store.resp import Found, parse_row, parse_search, text
@@ -226,7 +229,9 @@ def _update_call(
     fields.update({mark_field(name): mark for name, mark in (marks or {}).items()})
     if vector is not None:
         fields[VECTOR_FIELD] = vector.astype(np.float32).tobytes()
-    if new.expires_at == old.expires_at:
+    if new.idle_ttl_s is not None:
+        expiry = str(record_expiry(new, now_ms))  # an update is an access
+    elif new.expires_at == old.expires_at:
         expiry = "keep"
     else:
         expiry = "persist" if new.expires_at == PERMANENT_MS else str(new.expires_at)
@@ -262,6 +267,11 @@ def _delete_call(
     args: list[Any] = [now_ms, keys.dedup_prefix(ns), _entry(entry), history_ms]
     args += [immutable_type, *RECORD_FIELDS]
     return [*keys.memory_keys(ns, ids, history=True), keys.tally_prefix(ns)], args
+
+
+def _fetch_args(ns: str, now_ms: int, flag: str) -> list[Any]:
+    """FETCH_LUA's first arguments."""
+    return [now_ms, flag, keys.history_prefix(ns), keys.dedup_prefix(ns), keys.tally_prefix(ns)]
 
 
 def record_row(row: Any) -> Record | None:
@@ -584,7 +594,8 @@ class Store:
         flag = "1" if count_access else "0"
         async with self._guard():
             rows = await self._fetch(
-                keys=keys.memory_keys(ns, ids), args=[now_ms, flag, *RECORD_FIELDS]
+                keys=keys.memory_keys(ns, ids),
+                args=[*_fetch_args(ns, now_ms, flag), *RECORD_FIELDS],
             )
         found: list[Fetched | None] = []
         for row in rows:
@@ -625,13 +636,20 @@ class Store:
         if self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
 
-    async def touch(self, ns: str, ids: list[str], now_ms: int) -> None:
-        """Count an access to each live memory."""
+    async def touch(self, ns: str, ids: list[str], now_ms: int, count: bool = True) -> None:
+        """Count an access to each live memory (without `count`, only push the expiry of
+        those forgotten when idle, as a `list` does)."""
         if ids:
+            args = [*_fetch_args(ns, now_ms, "1" if count else "2"), RECORD_FIELDS[0]]
             async with self._guard():
-                await self._fetch(
-                    keys=keys.memory_keys(ns, ids), args=[now_ms, "1", RECORD_FIELDS[0]]
-                )
+                await self._fetch(keys=keys.memory_keys(ns, ids), args=args)
+
+    def keep_alive_later(self, ns: str, records: Sequence[Summary], now_ms: int) -> None:
+        """After a read that returned memories without counting an access (`list`,
+        `timeline`): push the expiry of those forgotten when idle."""
+        idle = [r.id for r in records if r.idle_ttl_s is not None]
+        if idle:
+            self._later(self.touch(ns, idle, now_ms, count=False), "store.keep_alive_failed")
 
     async def access_counts(self, ns: str, ids: list[str]) -> list[int]:
         """How often each memory was read (0 where never, or gone)."""

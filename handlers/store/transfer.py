@@ -73,7 +73,8 @@ class Transfer:
         entry: Entry,
     ) -> bool:
         """Write `rec` as it is (its id, times and expiry); False when its id exists."""
-        fields, expires = new_hash(rec, vector)
+        # An idle memory expires that long after its last access, as it did where exported.
+        fields, expires = new_hash(rec, vector, max(rec.updated_at, last_accessed_ms or 0))
         script_keys = [
             keys.record_key(ns, rec.id),
             keys.access_key(ns, rec.id),

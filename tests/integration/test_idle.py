@@ -1,0 +1,126 @@
+"""Forgetting by idleness (PROTOCOL.md v3 `idle_ttl_s`): a memory expires that long after its
+last access, each access pushing the expiry of every key it has, never past its TTL."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import UTC, datetime
+
+import msgspec
+import pytest
+import redis.asyncio as aioredis
+
+from bus import AgentMemory, MemoryBus
+from bus.errors import InvalidRequest
+from contracts.messages import ImportedMemory
+from handlers.store import keys
+
+pytestmark = pytest.mark.transports("in_process", "nats", "cluster")
+
+
+def _ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+async def _expiry(rds: aioredis.Redis, bus: MemoryBus, mid: str) -> int:
+    return int(await rds.pexpiretime(keys.record_key(bus.namespace, mid)))
+
+
+async def _pushed(rds: aioredis.Redis, bus: MemoryBus, mid: str, past: int) -> int:
+    """The memory's expiry, once a background push has moved it past `past`."""
+    for _ in range(100):
+        t = await _expiry(rds, bus, mid)
+        if t > past:
+            return t
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"the expiry of {mid} stayed at {t}")
+
+
+async def test_every_kind_of_read_pushes_the_expiry(
+    wf123: AgentMemory, bus: MemoryBus, rds: aioredis.Redis
+) -> None:
+    before = _ms()
+    added = await wf123.add("fact", "the staging password rotates monthly", idle_ttl_s=60)
+    first = await _expiry(rds, bus, added.id)
+    assert before + 60_000 <= first <= _ms() + 60_000
+    ns = bus.namespace
+    # Every key of the memory, and the tallies' expiry set, follow the record.
+    assert await rds.pexpiretime(keys.history_key(ns, added.id)) == first
+    assert int(await rds.zscore(keys.tally_prefix(ns) + "x", added.id)) == first
+    got = (await wf123.get([added.id])).memories[0]
+    assert got.idle_ttl_s == 60
+
+    await asyncio.sleep(0.3)
+    at = _ms()
+    await wf123.search("staging password")
+    t1 = await _pushed(rds, bus, added.id, first)
+    assert at + 60_000 <= t1 <= _ms() + 60_000
+    assert int(await rds.zscore(keys.tally_prefix(ns) + "x", added.id)) == t1
+    assert await rds.pexpiretime(keys.access_key(ns, added.id)) == t1
+
+    await asyncio.sleep(0.3)
+    counted = (await wf123.get([added.id])).memories[0]
+    t2 = await _expiry(rds, bus, added.id)
+    assert t2 > t1
+    # What a read reports is that expiry, from its last access.
+    assert counted.expires_at is not None
+    assert abs(counted.expires_at.timestamp() * 1000 - t2) < 1_000
+
+    await asyncio.sleep(0.3)
+    await wf123.list()  # a list pushes the expiry without counting an access
+    await _pushed(rds, bus, added.id, t2)
+    again = (await wf123.get([added.id])).memories[0]
+    assert again.access_count == counted.access_count + 1
+
+
+async def test_the_ttl_is_never_extended(
+    wf123: AgentMemory, bus: MemoryBus, rds: aioredis.Redis
+) -> None:
+    added = await wf123.add("context", "a short-lived note", idle_ttl_s=60, ttl_s=61)
+    cap = await _expiry(rds, bus, added.id) - 60_000 + 61_000
+    await asyncio.sleep(1.2)
+    await wf123.get([added.id])
+    assert await _expiry(rds, bus, added.id) == cap
+    # An update is an access too, and a new TTL moves the cap.
+    await wf123.update(added.id, ttl_s=120)
+    t = await _expiry(rds, bus, added.id)
+    assert _ms() + 59_000 <= t <= _ms() + 60_000
+
+
+async def test_idle_ttl_is_checked(wf123: AgentMemory) -> None:
+    with pytest.raises(InvalidRequest, match="idle_ttl_s"):
+        await wf123.add("fact", "x", idle_ttl_s=59)
+
+
+@pytest.mark.transports("in_process")
+async def test_the_indexed_expiry_moves_only_when_reads_would_pass_it(
+    wf123: AgentMemory, bus: MemoryBus, rds: aioredis.Redis
+) -> None:
+    # The index holds a bound a tenth of the idle time ahead: reads within it re-index
+    # nothing; a read that would pass it moves it once.
+    added = await wf123.add("fact", "the bound moves rarely", idle_ttl_s=60)
+    rec = keys.record_key(bus.namespace, added.id)
+    bound = int(await rds.hget(rec, "expires_at"))
+    assert bound == await _expiry(rds, bus, added.id) + 6_000
+    await asyncio.sleep(0.3)
+    await wf123.get([added.id])
+    assert int(await rds.hget(rec, "expires_at")) == bound
+    await asyncio.sleep(6.2)
+    await wf123.get([added.id])
+    moved = int(await rds.hget(rec, "expires_at"))
+    assert moved == await _expiry(rds, bus, added.id) + 6_000 > bound
+    # Found by a filtered read all along.
+    assert [m.id for m in (await wf123.list()).memories] == [added.id]
+
+
+async def test_export_and_import_keep_it_idle(bus: MemoryBus, wf123: AgentMemory) -> None:
+    added = await wf123.add("fact", "carried across", idle_ttl_s=3600)
+    [exported] = (await bus.export_page(ids=[added.id])).memories
+    assert exported.idle_ttl_s == 3600
+    row = msgspec.to_builtins(exported)
+    other = MemoryBus(bus.nc, f"{bus.namespace}b", bus.timeout, owns=False)
+    await other.import_memories([msgspec.convert(row, ImportedMemory)])
+    got = (await other.agent(workflow_id="wf_123").get([added.id])).memories[0]
+    assert got.idle_ttl_s == 3600
+    assert got.expires_at is not None and got.expires_at > datetime.now(UTC)
