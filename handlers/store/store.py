@@ -30,7 +30,14 @@ from handlers.errors import Unavailable
 from handlers.store import keys
 from handlers.store.claims import Claims
 from handlers.store.failures import is_connection_error, is_missing_index, redis_errors
-from handlers.store.filters import ReadScope, Scoped, read_filter, text_match, written_words
+from handlers.store.filters import (
+    ReadScope,
+    Scoped,
+    read_filter,
+    text_match,
+    word_forms,
+    written_words,
+)
 from handlers.store.indexes import Indexes, Namespace
 from handlers.store.layout import MIGRATING
 from handlers.store.lock import Locks
@@ -57,7 +64,7 @@ from handlers.store.record import (
 )
 from handlers.store.replicas import Replicas
 from handlers.store.resp import Found, parse_row, parse_search, text
-from handlers.store.schema import VECTOR_FIELD, NamespaceMeta, new_hash
+from handlers.store.schema import TEXT_FIELDS, VECTOR_FIELD, NamespaceMeta, new_hash
 from handlers.store.scripts import (
     ADD_LUA,
     APPLY_LUA,
@@ -112,12 +119,16 @@ WORDS_TTL_S = 24 * 3600
 D = TypeVar("D", bound=msgspec.Struct)
 
 
-def _bm25(space: Namespace, terms: list[str], where: FilterExpression, current: bool) -> Query:
-    """The full-text query of `terms` in the namespace, scored by BM25 (`text_match`): one
-    shape for reading the best matches and for scoring given memories, so that a memory
-    scores the same in both."""
-    q = Query(text_match(terms, where, current, space.mine_for_text))
-    return q.scorer("BM25STD").with_scores().dialect(2)
+def _bm25(space: Namespace, forms: list[str], where: FilterExpression, current: bool) -> Query:
+    """The full-text query of the index terms `forms` in the namespace, scored by BM25
+    (`text_match`): one shape for reading the best matches and for scoring given memories,
+    so that a memory scores the same in both."""
+    q = Query(text_match(forms, where, current, space.mine_for_text))
+    return q.verbatim().scorer("BM25STD").with_scores().dialect(2)
+
+
+# Words whose index forms a handler keeps (a few dozen bytes each): past it, it starts over.
+FORMS_KEPT = 50_000
 
 
 def _decode_docs(ns: str, found: Found, shape: type[D]) -> list[D]:
@@ -323,6 +334,8 @@ class Store:
         self.validity = Validity(client, self._guard)
         self._backfills: dict[str, asyncio.Future[None]] = {}
         self._rebuilding: set[str] = set()
+        # Each query word's index terms (`word_forms`): the stemmer's, the same everywhere.
+        self._forms: dict[str, list[str]] = {}
         # Set once Redis is known to be in the current key layout: a handler's start-up
         # clears it until `layout.ensure` has run (a Store made elsewhere starts set).
         self.layout_ready = asyncio.Event()
@@ -818,7 +831,7 @@ class Store:
         `current`, none superseded."""
 
         async def query(space: Namespace) -> Query:
-            q = _bm25(space, terms, where, current)
+            q = _bm25(space, await self._word_forms(space, terms), where, current)
             return q.return_fields(*CANDIDATE_FIELDS).paging(0, k)
 
         return self._candidates(ns, await self._search(ns, query, with_scores=True))
@@ -838,12 +851,32 @@ class Store:
         changes RediSearch's scores even at weight 0 (a word's share doubled, measured)."""
 
         async def query(space: Namespace) -> Query:
-            q = _bm25(space, terms, where, current)
+            q = _bm25(space, await self._word_forms(space, terms), where, current)
             q = q.limit_ids(*(keys.record_key(ns, mid) for mid in among))
             return q.no_content().paging(0, len(among))
 
         found = await self._search(ns, query, with_scores=True)
         return {keys.id_of(ns, key): float(f["__score"]) for key, f in found.docs}
+
+    async def _word_forms(self, space: Namespace, terms: list[str]) -> list[str]:
+        """Every index term of `terms` (`word_forms`), asked of RediSearch once per word."""
+        missing = [t for t in dict.fromkeys(terms) if t not in self._forms]
+        if missing:
+            name = space.index.name
+            async with self._guard():
+                explained = await asyncio.gather(
+                    *(
+                        self.client.execute_command(
+                            "FT.EXPLAIN", name, f"@{TEXT_FIELDS[0]}:{t}", "DIALECT", 2
+                        )
+                        for t in missing
+                    )
+                )
+            if len(self._forms) > FORMS_KEPT:
+                self._forms.clear()
+            for t, out in zip(missing, explained, strict=True):
+                self._forms[t] = word_forms(text(out), t)
+        return [form for t in terms for form in self._forms[t]]
 
     def _candidates(self, ns: str, found: Found) -> list[Candidate]:
         return _decode_docs(ns, found, Candidate)

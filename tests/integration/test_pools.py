@@ -344,6 +344,46 @@ async def test_identical_memories_score_alike_in_a_pool_as_in_an_own_index(in_pr
     assert [c for c, _ in scores[1000]] == [c for c, _ in scores[0]]
 
 
+async def test_identical_memories_score_alike_whatever_the_pool_holds_before_them(
+    in_process,
+) -> None:
+    """Identical memories, one a workflow's and one general, after a neighbour's memories
+    with the same word (some in the same workflow): the query's filters reject those, and a
+    word read as an OR of its forms (`migration`, `+migrat`) was then skipped onto the first
+    twin with one form counted (0.77 of the other). Each form is now a clause of its own."""
+    deps = _deps(in_process)
+    neighbour, ns = _ns(), _ns()
+    await deps.store.indexes.get(neighbour)
+    while True:  # a namespace in the neighbour's pool (64 namespaces share one)
+        await deps.store.indexes.get(ns)
+        if pool_index_name(int(await _tier(deps, ns))) == pool_index_name(
+            int(await _tier(deps, neighbour))
+        ):
+            break
+        ns = _ns()
+    for i in range(34):
+        wf = "wf_123" if i % 3 == 0 else None
+        kw = {"workflow_id": wf, "scope": "workflow"} if wf else {}
+        await _add(deps, neighbour, f"schema migration step {i}", dedup="none", **kw)
+    for i in range(20):
+        await _add(deps, ns, f"general filler note {i}")
+    in_wf = await operations.add(
+        ns,
+        AddRequest(type="context", content="pelican migration notes", workflow_id="wf_123"),
+        deps,
+    )
+    general = await _add(deps, ns, "pelican migration notes")
+
+    hits = await operations.search(
+        ns,
+        SearchRequest(query="pelican migration", mode="text", workflow_id="wf_123", limit=5),
+        deps,
+    )
+
+    got = {h.id: h.text_score for h in hits.results}
+    assert got == {in_wf.id: 1.0, general: 1.0}
+
+
 async def test_a_promoted_namespace_scores_as_one_with_its_own_index_from_the_start(
     in_process,
 ) -> None:

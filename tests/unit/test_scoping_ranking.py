@@ -200,18 +200,31 @@ def test_text_terms_keep_indexed_words_only_and_cap_their_number() -> None:
     assert text_terms(many) == many[:MAX_TEXT_TERMS]
 
 
-def test_text_match_intersects_each_term_with_the_filter_on_its_own() -> None:
+def test_text_match_intersects_each_form_with_the_filter_on_its_own() -> None:
     from redisvl.query.filter import Tag
 
     from handlers.store.filters import text_match
 
-    query = text_match(["zebra", "quokka"], Tag("general") == "1")
+    query = text_match(["zebra", "+zebr", "quokka"], Tag("general") == "1")
 
     zero = "=> {$weight: 0.0;}"
     assert query == (
-        f"((@content:zebra | @tagtext:zebra) ((@general:{{1}}) {zero}))"
-        f" | ((@content:quokka | @tagtext:quokka) ((@general:{{1}}) {zero}))"
+        f"(@content|tagtext:zebra ((@general:{{1}}) {zero}))"
+        f" | (@content|tagtext:\\+zebr ((@general:{{1}}) {zero}))"
+        f" | (@content|tagtext:quokka ((@general:{{1}}) {zero}))"
     )
+
+
+def test_a_words_forms_are_read_from_ft_explain() -> None:
+    from handlers.store.filters import word_forms
+
+    explained = (
+        "@content:UNION {\n  @content:migration\n  @content:+migrat(expanded)\n"
+        "  @content:migrat(expanded)\n}\n"
+    )
+    assert word_forms(explained, "migration") == ["migration", "+migrat", "migrat"]
+    assert word_forms("@content:run\n", "run") == ["run"]
+    assert word_forms("", "odd") == ["odd"]  # nothing recognised: the word as it is
 
 
 def test_text_match_puts_every_condition_in_each_clause_and_nothing_around_the_or() -> None:
@@ -226,9 +239,7 @@ def test_text_match_puts_every_condition_in_each_clause_and_nothing_around_the_o
     query = text_match(["zebra", "quokka"], Tag("general") == "1", current=True, pool=pool)
 
     rest = f"((@general:{{1}}) => {{$weight: 0.0;}}) {pool} (-@superseded:{{1}})"
-    assert query == (
-        f"((@content:zebra | @tagtext:zebra) {rest}) | ((@content:quokka | @tagtext:quokka) {rest})"
-    )
+    assert query == f"(@content|tagtext:zebra {rest}) | (@content|tagtext:quokka {rest})"
 
 
 def test_a_workspace_without_a_workflow_covers_all_of_its_memories() -> None:
