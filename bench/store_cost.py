@@ -20,6 +20,7 @@ import json
 import sys
 import time
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -144,10 +145,12 @@ async def main() -> None:
     vectors = [np.asarray(v, np.float32) for v in await embedder.embed([q.text for q in queries])]
     extra = make_corpus(sizes[-1] + args.requests, args.seed + 1)[-args.requests :]
 
-    def search(mode: SearchMode | None) -> Callable[[int], Awaitable[object]]:
+    def search(
+        mode: SearchMode | None, as_of: datetime | None = None
+    ) -> Callable[[int], Awaitable[object]]:
         def one(i: int) -> Awaitable[object]:
             body = SearchRequest(
-                query=queries[i].text, workflow_id=asked_from[i], limit=10, mode=mode
+                query=queries[i].text, workflow_id=asked_from[i], limit=10, mode=mode, as_of=as_of
             )
             return run(deps, "search", body)
 
@@ -173,6 +176,8 @@ async def main() -> None:
             print(f"loaded {size:,} memories ({(size - loaded) / secs:,.0f}/s)", flush=True)
             loaded = size
             ids = [r.id for r in (await run(deps, "list", ListRequest(limit=200))).memories]
+            # v3 `as_of`: every memory loaded is valid now, so it reads what a current read does.
+            now = datetime.now(UTC)
             ops: dict[str, Callable[[int], Awaitable[object]]] = {
                 "search, default (hybrid), from a workflow": search(None),
                 "search, vector": search("vector"),
@@ -187,6 +192,10 @@ async def main() -> None:
                 ),
                 "list 20, from a workflow": lambda i: run(
                     deps, "list", ListRequest(workflow_id=asked_from[i], limit=20)
+                ),
+                "search, default, as_of now": search(None, now),
+                "list 20, from a workflow, as_of now": lambda i, now=now: run(  # type: ignore[misc]
+                    deps, "list", ListRequest(workflow_id=asked_from[i], limit=20, as_of=now)
                 ),
                 "recall, one turn": lambda i, sid=f"s{size}": run(  # type: ignore[misc]
                     deps,
