@@ -176,6 +176,10 @@ def word_forms(explained: str, word: str) -> list[str]:
     `+migrat` and `migrat`), from FT.EXPLAIN of a query of the word on one field."""
     forms = [m.group(1) for line in explained.splitlines() if (m := _FORM_RE.match(line))]
     found = [f for f in dict.fromkeys(forms) if f != "UNION"]
+    if f"+{word}" not in found and any(f.startswith("+") for f in found):
+        # A word whose stem differs is indexed under `+stem` too wherever it occurs, so
+        # that form finds it: reading the word as well only scores it twice.
+        found = [f for f in found if f != word]
     return found or [word]
 
 

@@ -222,8 +222,12 @@ def test_a_words_forms_are_read_from_ft_explain() -> None:
         "@content:UNION {\n  @content:migration\n  @content:+migrat(expanded)\n"
         "  @content:migrat(expanded)\n}\n"
     )
-    assert word_forms(explained, "migration") == ["migration", "+migrat", "migrat"]
+    # `migration` is indexed under `+migrat` wherever it occurs: that form finds it.
+    assert word_forms(explained, "migration") == ["+migrat", "migrat"]
     assert word_forms("@content:run\n", "run") == ["run"]
+    # `run` is its own stem: memories holding it are not under `+run` (only `running`...).
+    run = "@content:UNION {\n  @content:run\n  @content:+run(expanded)\n}\n"
+    assert word_forms(run, "run") == ["run", "+run"]
     assert word_forms("", "odd") == ["odd"]  # nothing recognised: the word as it is
 
 
