@@ -57,10 +57,16 @@ async def list_(ns: str, req: ListRequest, deps: Deps) -> ListReply | CompactLis
     when = await read_time(ns, req.as_of, req.include_superseded, deps, now)
     current = when.current
     page: Page[Summary] | Page[Record] | None = None
-    if not (req.types or req.tags or req.people or req.as_of):
+    if not (req.types or req.tags or req.people):
         # Scope alone: the page comes from the writes' tallies, not a sort of the scope.
         page = await deps.store.newest(
-            ns, scope, now, offset=req.offset, limit=req.limit, current=current
+            ns,
+            scope,
+            now,
+            offset=req.offset,
+            limit=req.limit,
+            current=current,
+            as_of_ms=when.as_of_ms,
         )
     if page is None:
         where = read_filter(

@@ -34,6 +34,7 @@ from handlers.store.keys import (
     POOL_SEQUENCE,
     TALLIES_COMPLETE,
     VALIDITY_COMPLETE,
+    VALIDITY_TALLIED,
     index_name,
     meta_key,
     pool_filter,
@@ -152,6 +153,7 @@ class Indexes:
                 await self.client.set(tally_prefix(ns) + TALLIES_COMPLETE, 1)
                 # ... and gives each its validity window (`validity`).
                 await self.client.set(tally_prefix(ns) + VALIDITY_COMPLETE, 1)
+                await self.client.set(tally_prefix(ns) + VALIDITY_TALLIED, 1)
             if tier is None:
                 # A namespace that had a meta but no tier was made before pools: its memories
                 # lack the pool field, so it keeps (or gets back) its own index.

@@ -129,6 +129,8 @@ def tally_prefix(ns: str) -> str:
 TALLIES_COMPLETE = "ready"
 # Under the tally prefix: set once every memory has its v3 validity window (`validity`).
 VALIDITY_COMPLETE = "valid"
+# Under the tally prefix: set once the tallies count every memory's window (`as_of` lists).
+VALIDITY_TALLIED = "vready"
 
 
 def words_key(ns: str) -> str:

@@ -21,6 +21,8 @@ SETTLE_MAX = 1000
 # The most ended validities one read flags: each flag re-indexes its memory (its vector
 # too), about 1 ms of Redis at 100k memories.
 ENDS_MAX = 100
+# The most memories a `list` with `as_of` walks in the tallies before it reads the index.
+AS_OF_SCAN_MAX = 2000
 
 
 # A memory's history list expires when the memory does (PEXPIRETIME -1: never).
@@ -62,10 +64,15 @@ end
 _TALLY = """
 local function tally_desc(rec, now)
   local f = redis.call('HMGET', rec, '$type', '$store', 'wsh', '$workflow_id', 'general',
-    '$tags', '$created_at', '$expires_at', 'superseded')
+    '$tags', '$created_at', '$expires_at', 'superseded', 'vf', 'vu')
   if not f[1] or not f[8] or tonumber(f[8]) <= now then return false end
   return {f[1], f[2] or '', f[3] or '', f[4] or '', f[5] == '1' and '1' or '0', f[6] or '',
-    f[7] or '0', f[8], f[9] == '1' and '1' or ''}
+    f[7] or '0', f[8], f[9] == '1' and '1' or '', f[10] or '', f[11] or ''}
+end
+-- v3: a side's memories of one store and workspace tag by the start (kind 'f') and the end
+-- ('u', ended ones only) of their validity, for `as_of` counts (AS_OF_NEWEST_LUA).
+local function by_validity(p, kind, side, store, wsh)
+  return p .. kind .. ':' .. redis.sha1hex(cjson.encode({side, store, wsh}))
 end
 -- The sorted set of a side's memories of one store, workspace tag and superseded flag.
 local function by_time(p, side, store, wsh, sup)
@@ -102,6 +109,16 @@ local function tally_apply(p, id, d, sign)
     end
     local o = by_time(p, side, store, wsh, d[9])
     if sign > 0 then redis.call('ZADD', o, d[7], id) else redis.call('ZREM', o, id) end
+    local vf, vu = by_validity(p, 'f', side, store, wsh), by_validity(p, 'u', side, store, wsh)
+    if sign < 0 then
+      redis.call('ZREM', vf, id)
+      redis.call('ZREM', vu, id)
+    else
+      if d[10] and d[10] ~= '' then redis.call('ZADD', vf, d[10], id) end
+      if d[11] and d[11] ~= '' and tonumber(d[11]) < $open_until then
+        redis.call('ZADD', vu, d[11], id)
+      end
+    end
   end
 end
 -- v3 validity: p..'v' holds the current memories whose validity ends, by `vu`; a read that
@@ -218,6 +235,7 @@ def _script(
         settle_max=SETTLE_MAX,
         open_until=OPEN_UNTIL_MS,
         ends_max=ENDS_MAX,
+        as_of_scan_max=AS_OF_SCAN_MAX,
     )
 
 
@@ -690,13 +708,14 @@ return end_validity(KEYS[1], ARGV[2], tonumber(ARGV[1]), $ends_max)
 # Give memories written before v3 their validity window for `as_of` reads (`vf`, `vu`): from
 # `created_at`, and, for a superseded one, until the newer memory's start (or, when that one
 # is gone, the moment of the supersede, its `updated_at`). A memory with `vf` already is left
-# as it is. KEYS: the tally prefix, then record keys. ARGV: the record key prefix, then each
-# record's memory id. Returns how many were given one.
+# as it is; each is counted again, with its window (tally_desc). KEYS: the tally prefix,
+# then record keys. ARGV: the record key prefix, now (ms), then each record's memory id
+# (from ARGV[3]). Returns how many were given one.
 VALIDITY_BACKFILL_LUA = _script(
     """
 local n = 0
 for i = 2, #KEYS do
-  local rec, id = KEYS[i], ARGV[i]
+  local rec, id = KEYS[i], ARGV[i + 1]
   local f = redis.call('HMGET', rec, '$id', 'vf', '$created_at', '$valid_from', '$valid_until',
     '$superseded_by', '$updated_at')
   if f[1] and not f[2] then
@@ -709,9 +728,9 @@ for i = 2, #KEYS do
       redis.call('HSET', rec, '$valid_until', vu)
     end
     redis.call('HSET', rec, 'vf', vf, 'vu', vu or '$open_until')
-    track_validity(KEYS[1], id, rec)
     n = n + 1
   end
+  if f[1] then retally(KEYS[1], id, rec, tonumber(ARGV[2])) end
 end
 return n
 """,
@@ -772,5 +791,67 @@ return out
 """,
     follow=True,
     pooled=True,
+    tally=True,
+)
+
+
+# `list` with `as_of` (v3) by scope alone, from the tallies: how many memories of the scope
+# were valid at that instant (per store and workspace of each side: those whose validity
+# started by then less those whose validity had ended by then), and the newest of them,
+# superseded or not: each sorted set walked newest first, each memory's window checked,
+# at most AS_OF_SCAN_MAX memories in all. Nothing (false) until the namespace's tallies
+# count windows (p..'vready'); 'behind' as in TALLY_READ_LUA, or when the walk would pass
+# its bound (the caller reads the index then). KEYS: the tally prefix. ARGV: now, the record
+# key prefix, how many of the newest to return, the instant, the workspace tag ('' for
+# any), '1' when only some stores are seen, the number of sides, the sides, then the stores
+# seen. Returns the count, then the newest ones' ids and created_at.
+AS_OF_NEWEST_LUA = _script(
+    """
+local p, now, want, at = KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[3]), tonumber(ARGV[4])
+if redis.call('EXISTS', p .. 'ready') == 0 or redis.call('EXISTS', p .. 'vready') == 0 then
+  return false
+end
+if not settled(p, ARGV[2], now) then return 'behind' end
+local nsides = tonumber(ARGV[7])
+local stores = false
+if ARGV[6] == '1' then
+  stores = {}
+  for j = 8 + nsides, #ARGV do stores[ARGV[j]] = true end
+end
+local total, out, scanned, counted = 0, {}, 0, {}
+for j = 8, 7 + nsides do
+  local side = ARGV[j]
+  local _, sets = side_sets(p, side)
+  for _, set in ipairs(sets) do
+    local o, store, wsh = set[1], set[2], set[3]
+    if (ARGV[5] == '' or wsh == ARGV[5]) and (not stores or stores[store]) then
+      local part = cjson.encode({side, store, wsh})
+      if not counted[part] then
+        counted[part] = true
+        total = total + redis.call('ZCOUNT', by_validity(p, 'f', side, store, wsh), '-inf', at)
+          - redis.call('ZCOUNT', by_validity(p, 'u', side, store, wsh), '-inf', at)
+      end
+      local found, from = 0, 0
+      while found < want do
+        local batch = redis.call('ZREVRANGE', o, from, from + 63, 'WITHSCORES')
+        if #batch == 0 then break end
+        from = from + 64
+        for i = 1, #batch, 2 do
+          local w = redis.call('HMGET', ARGV[2] .. batch[i], 'vf', 'vu')
+          if w[1] and tonumber(w[1]) <= at and tonumber(w[2]) > at and found < want then
+            out[#out + 1] = batch[i]
+            out[#out + 1] = batch[i + 1]
+            found = found + 1
+          end
+        end
+        scanned = scanned + #batch / 2
+        if scanned > $as_of_scan_max then return 'behind' end
+      end
+    end
+  end
+end
+table.insert(out, 1, total)
+return out
+""",
     tally=True,
 )

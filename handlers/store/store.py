@@ -583,7 +583,7 @@ class Store:
         async with self.exclusive(ns, "validity", hold_s=300.0):
             if await self.validity.complete(ns):
                 return  # another handler did it while this one waited for the lock
-            given = await self.validity.backfill(ns)
+            given = await self.validity.backfill(ns, int(time.time() * 1000))
         log.info("validity.backfilled", namespace=ns, memories=given)
 
     # ------------------------------------------------------------------------- reads by id
@@ -917,13 +917,14 @@ class Store:
         offset: int,
         limit: int,
         current: bool,
+        as_of_ms: int | None = None,
     ) -> Page[Record] | None:
         """The memories of a scope (with `current`, none superseded), newest first, and how
         many there are, from the tallies the writes keep: the work follows the page, not the
         scope. None while they are not complete (see `tallies`)."""
         await self.indexes.get(ns)
         try:
-            found = await self.tallies.newest(ns, scope, now_ms, offset, limit, current)
+            found = await self.tallies.newest(ns, scope, now_ms, offset, limit, current, as_of_ms)
         except Behind:
             return None
         if found is None:

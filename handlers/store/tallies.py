@@ -27,7 +27,7 @@ from handlers.store.filters import ReadScope
 from handlers.store.indexes import batches
 from handlers.store.record import TypeGroup, workspace_tag
 from handlers.store.resp import text
-from handlers.store.scripts import NEWEST_LUA, RETALLY_LUA, TALLY_READ_LUA
+from handlers.store.scripts import AS_OF_NEWEST_LUA, NEWEST_LUA, RETALLY_LUA, TALLY_READ_LUA
 
 _decode = msgspec.json.Decoder(list[str]).decode
 
@@ -118,6 +118,7 @@ class Tallies:
         self._read = client.register_script(TALLY_READ_LUA)
         self._retally = client.register_script(RETALLY_LUA)
         self._newest = client.register_script(NEWEST_LUA)
+        self._as_of_newest = client.register_script(AS_OF_NEWEST_LUA)
 
     async def overview(self, ns: str, scope: ReadScope, now_ms: int) -> Overview | None:
         """The overview of the memories live at `now_ms` in `scope`, or None while the
@@ -177,6 +178,7 @@ class Tallies:
         offset: int,
         limit: int,
         current: bool,
+        as_of_ms: int | None = None,
     ) -> tuple[int, list[str]] | None:
         """How many memories live at `now_ms` are in `scope` (with `current`, none
         superseded), and the ids of the page `offset`..`offset + limit` of them, newest
@@ -185,10 +187,15 @@ class Tallies:
         asked = sides(scope)
         wsh = workspace_tag(scope.workspace) if scope.workspace is not None else ""
         args: list[str | int] = [now_ms, keys.record_prefix(ns), offset + limit]
-        args += ["0" if current else "1", wsh, "0" if scope.stores is None else "1"]
+        if as_of_ms is None:
+            args.append("0" if current else "1")
+        else:
+            args.append(as_of_ms)  # v3: those valid then, superseded or not
+        args += [wsh, "0" if scope.stores is None else "1"]
         args += [len(asked), *asked, *(scope.stores or ())]
+        script = self._newest if as_of_ms is None else self._as_of_newest
         async with self._guard():
-            raw = _checked(await self._newest(keys=[keys.tally_prefix(ns)], args=args))
+            raw = _checked(await script(keys=[keys.tally_prefix(ns)], args=args))
         if raw is None:
             return None
         total, flat = int(raw[0]), raw[1:]

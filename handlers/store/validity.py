@@ -61,7 +61,7 @@ class Validity:
         """Redis was lost: it may come back without the markers."""
         self._complete.clear()
 
-    async def backfill(self, ns: str, size: int = 200) -> int:
+    async def backfill(self, ns: str, now_ms: int, size: int = 200) -> int:
         """Give every memory of the namespace written before v3 its validity window, then
         mark the namespace complete; how many were given one. New writes carry theirs, and
         a memory that has one is left as it is, so running it twice changes nothing."""
@@ -70,12 +70,13 @@ class Validity:
         async with self._guard():
             records = self.client.scan_iter(match=f"{keys.record_prefix(ns)}*", count=1000)
             async for batch in batches(records, size):
-                given += await self._fill(ns, prefix, batch)
+                given += await self._fill(ns, prefix, batch, now_ms)
             await self.client.set(prefix + keys.VALIDITY_COMPLETE, 1)
+            await self.client.set(prefix + keys.VALIDITY_TALLIED, 1)
         self._complete.add(ns)
         return given
 
-    async def _fill(self, ns: str, prefix: str, records: list[Any]) -> int:
+    async def _fill(self, ns: str, prefix: str, records: list[Any], now_ms: int) -> int:
         ids = [keys.id_of(ns, text(key)) for key in records]
-        args = [keys.record_prefix(ns), *ids]
+        args = [keys.record_prefix(ns), now_ms, *ids]
         return int(await self._backfill(keys=[prefix, *records], args=args))
