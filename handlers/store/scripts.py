@@ -162,6 +162,13 @@ local function settle(p, recs, now, limit)
   for _, id in ipairs(due) do retally(p, id, recs .. id, now) end
   return #due
 end
+-- The stores a scope's read sees, named in ARGV from `from` on; false for all (flag not '1').
+local function stores_seen(flag, from)
+  if flag ~= '1' then return false end
+  local seen = {}
+  for j = from, #ARGV do seen[ARGV[j]] = true end
+  return seen
+end
 -- Flag up to `limit` memories whose validity has ended by `now` (see track_validity), and
 -- count them as such; how many there were.
 local function end_validity(p, recs, now, limit)
@@ -671,11 +678,7 @@ local p, now, want = KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[3])
 if redis.call('EXISTS', p .. 'ready') == 0 then return false end
 if not settled(p, ARGV[2], now) then return 'behind' end
 local nsides = tonumber(ARGV[7])
-local stores = false
-if ARGV[6] == '1' then
-  stores = {}
-  for j = 8 + nsides, #ARGV do stores[ARGV[j]] = true end
-end
+local stores = stores_seen(ARGV[6], 8 + nsides)
 local total, out = 0, {}
 for j = 8, 7 + nsides do
   local _, sets = side_sets(p, ARGV[j])
@@ -813,11 +816,7 @@ if redis.call('EXISTS', p .. 'ready') == 0 or redis.call('EXISTS', p .. 'vready'
 end
 if not settled(p, ARGV[2], now) then return 'behind' end
 local nsides = tonumber(ARGV[7])
-local stores = false
-if ARGV[6] == '1' then
-  stores = {}
-  for j = 8 + nsides, #ARGV do stores[ARGV[j]] = true end
-end
+local stores = stores_seen(ARGV[6], 8 + nsides)
 local total, out, scanned, counted = 0, {}, 0, {}
 for j = 8, 7 + nsides do
   local side = ARGV[j]
