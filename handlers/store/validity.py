@@ -78,5 +78,5 @@ class Validity:
 
     async def _fill(self, ns: str, prefix: str, records: list[Any], now_ms: int) -> int:
         ids = [keys.id_of(ns, text(key)) for key in records]
-        args = [keys.record_prefix(ns), now_ms, *ids]
+        args: list[str | int] = [keys.record_prefix(ns), now_ms, *ids]
         return int(await self._backfill(keys=[prefix, *records], args=args))
