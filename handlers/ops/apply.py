@@ -27,13 +27,12 @@ from contracts.messages import (
 )
 from contracts.types import STATE_TYPE
 from handlers.errors import Conflict, HandlerError, InvalidRequest, NotFound, Unavailable
-from handlers.ops.checks import unseen_ids
 from handlers.ops.deps import Deps
 from handlers.ops.events import publish_event
 from handlers.ops.history import entry
 from handlers.ops.registry import handles
 from handlers.ops.workspaces import state_is_immutable
-from handlers.ops.writes import PreparedUpdate, prepare_add, prepare_update
+from handlers.ops.writes import PreparedUpdate, missing_memory, prepare_add, prepare_update
 from handlers.store.record import Record
 from handlers.store.store import Refused, Step, record_row
 
@@ -81,12 +80,10 @@ def _one_action_per_memory(req: ApplyRequest) -> None:
 
 async def _apply_once(ns: str, req: ApplyRequest, deps: Deps) -> ApplyReply:
     now = deps.clock()
-    targets = [a.id for a in req.actions if not isinstance(a, ApplyAdd)]
-    unseen = await unseen_ids(ns, targets, deps)
     planned = []
     for i, action in enumerate(req.actions):
         try:
-            planned.append(await _plan(ns, i, action, req, deps, now, unseen))
+            planned.append(await _plan(ns, i, action, req, deps, now))
         except NotFound as exc:
             raise NotFound(f"actions[{i}] ({_kind(action)}): {exc.message}") from None
         except Unavailable:
@@ -107,11 +104,9 @@ async def _plan(
     req: ApplyRequest,
     deps: Deps,
     now: int,
-    unseen: set[str],
 ) -> _Planned:
     if isinstance(action, ApplyUpdate):
-        if action.id in unseen:
-            raise _not_found(ns, action.id)
+        # Checks, as `update` does, that the memory is live and in a store the caller sees.
         upd = msgspec.structs.replace(
             action, agent_id=action.agent_id or req.agent_id, context=action.context or req.context
         )
@@ -119,7 +114,7 @@ async def _plan(
         step = Step.update(i, ns, prepared.old, prepared.new, prepared.vec, now, prepared.entry)
         return _Planned([step], updated=prepared)
     if isinstance(action, ApplyDelete):
-        await _live_target(ns, action.id, deps, now, unseen, "delete")
+        await _live_target(ns, action.id, deps, now, "delete")
         gone = entry("deleted", now, req)
         keep_ms = deps.settings.history_after_delete_s * 1000
         return _Planned([Step.delete(i, ns, action.id, now, gone, keep_ms, STATE_TYPE)])
@@ -131,7 +126,7 @@ async def _plan(
         )
     add = _as_add(action, req)
     if isinstance(action, ApplySupersede):
-        await _live_target(ns, action.id, deps, now, unseen, "supersede")
+        await _live_target(ns, action.id, deps, now, "supersede")
         # The new memory is always a memory of its own: were it a repeat of a live one,
         # that one would supersede the target, and might be the target itself.
         add = msgspec.structs.replace(add, dedup="none")
@@ -154,21 +149,14 @@ def _as_add(action: ApplyAdd | ApplySupersede, req: ApplyRequest) -> AddRequest:
     return AddRequest(**fields)
 
 
-async def _live_target(
-    ns: str, memory_id: str, deps: Deps, now: int, unseen: set[str], op: str
-) -> None:
-    rec = None if memory_id in unseen else await deps.store.read(ns, memory_id, now)
-    if rec is None:
-        raise _not_found(ns, memory_id)
+async def _live_target(ns: str, memory_id: str, deps: Deps, now: int, op: str) -> None:
+    """A live memory in a store the caller sees (else not found, so that no id leaks
+    across trust levels), and not a state."""
+    rec = await deps.store.read(ns, memory_id, now)
+    if rec is None or not deps.access.sees(rec.store):
+        raise missing_memory(ns, memory_id)
     if rec.type == STATE_TYPE:
         raise state_is_immutable(memory_id, op)
-
-
-def _not_found(ns: str, memory_id: str) -> NotFound:
-    return NotFound(
-        f'memory "{memory_id}" not found (it may have expired or been deleted). Use'
-        f" mem.{ns}.reconcile or mem.{ns}.search to find current ids."
-    )
 
 
 def _kind(action: ApplyAdd | ApplyUpdate | ApplySupersede | ApplyDelete) -> str:
@@ -181,7 +169,8 @@ def _refusal(ns: str, req: ApplyRequest, exc: Refused) -> HandlerError:
     where = f"actions[{exc.action}] ({_kind(action)})"
     target = getattr(action, "id", None)
     if exc.why == "missing":
-        return NotFound(f"{where}: {_not_found(ns, str(target)).message} Nothing was written.")
+        gone = missing_memory(ns, str(target)).message
+        return NotFound(f"{where}: {gone} Nothing was written.")
     if exc.why == "immutable":
         return InvalidRequest(f"{where}: {state_is_immutable(str(target), 'apply').message}")
     if exc.why == "unset":

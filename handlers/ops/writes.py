@@ -311,7 +311,7 @@ def _marked(mark: str) -> tuple[int, int]:
     return int(created), int(seq or 0)
 
 
-def _missing(ns: str, memory_id: str) -> NotFound:
+def missing_memory(ns: str, memory_id: str) -> NotFound:
     return NotFound(
         f'Memory "{memory_id}" not found (it may have expired or been deleted).'
         f" Use mem.{ns}.list or mem.{ns}.search to find current ids."
@@ -340,7 +340,7 @@ async def update(ns: str, req: UpdateRequest, deps: Deps) -> UpdateReply:
             now = deps.clock()
             rec = await deps.store.read(ns, req.id, now)
             if rec is None or not deps.access.sees(rec.store):
-                raise _missing(ns, req.id)
+                raise missing_memory(ns, req.id)
             return _updated(rec, rec.updated_at)
         if later & given:
             req = msgspec.structs.replace(req, **_left_out(later & given))
@@ -375,7 +375,7 @@ async def _update(
     now = deps.clock()
     old, new, vec, done, secrets = await prepare_update(ns, req, deps, now)
     if not await deps.store.update(ns, old, new, vec, now, done, marks):
-        raise _missing(ns, req.id)
+        raise missing_memory(ns, req.id)
     if new.content != old.content or new.tags != old.tags:
         deps.store.count_words_later(ns, [new])  # its new words (counts are of writes)
     await publish_event(deps, ns, "updated", new, now, agent_id=req.agent_id)
@@ -390,7 +390,7 @@ async def prepare_update(ns: str, req: UpdateRequest, deps: Deps, now: int) -> P
     state; content, secrets, validity) and make the memory as it would leave it."""
     old = await deps.store.read(ns, req.id, now)
     if old is None or not deps.access.sees(old.store):
-        raise _missing(ns, req.id)
+        raise missing_memory(ns, req.id)
     if old.type == STATE_TYPE:
         raise state_is_immutable(old.id, "update")
     new = msgspec.structs.replace(old, updated_at=now)

@@ -81,6 +81,30 @@ async def test_ids_of_invisible_stores_are_missing_everywhere(bus: MemoryBus, as
     assert kept[0].access_count == 0
 
 
+async def test_apply_treats_invisible_ids_as_missing_and_writes_nothing(
+    bus: MemoryBus, as_trust: As
+) -> None:
+    ids = await _three_stores(bus, as_trust)
+    familiar = as_trust("familiar").agent(workflow_id="wf_t")
+    for action in (
+        {"action": "delete", "id": ids["private"]},
+        {"action": "update", "id": ids["shared"], "content": "overwritten"},
+        {"action": "supersede", "id": ids["private"], "type": "fact", "content": "newer"},
+    ):
+        with pytest.raises(NotFound, match=r"actions\[1\]"):
+            await familiar.apply(
+                [{"action": "add", "type": "fact", "content": "never written"}, action]
+            )
+    # Nothing was written, and the hidden memories are as they were.
+    full = bus.agent(workflow_id="wf_t")
+    assert "never written" not in {m.content for m in (await full.list(limit=20)).memories}
+    kept = (await full.get([ids["private"], ids["shared"]])).memories
+    assert [(m.content, m.superseded_by) for m in kept] == [
+        ("the private launch codeword is zebra private", None),
+        ("the shared launch codeword is zebra shared", None),
+    ]
+
+
 async def test_an_explicit_store_must_be_visible(bus: MemoryBus, as_trust: As) -> None:
     inner = as_trust("inner").agent(workflow_id="wf_t")
     reply = await inner.add("knowledge", "for familiar eyes too", store="social")
