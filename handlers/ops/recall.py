@@ -143,7 +143,7 @@ async def _candidates(ns: str, req: RecallRequest, deps: Deps, now: int) -> list
     # cached under the same filter to the minute.
     key = str(scoped & always_recalled(IDENTITY, req.min_importance, since - since % 60_000))
     found, always = await asyncio.gather(
-        ranked_candidates(ns, search, deps, now),
+        ranked_candidates(ns, search, deps, now, when),
         deps.store.knn(ns, vec, where, ALWAYS_MAX, policy_key=key),
     )
     picks = {

@@ -19,7 +19,7 @@ from handlers.ops.clock import dt_to_ms
 from handlers.ops.deps import Deps
 from handlers.ops.registry import handles
 from handlers.ops.replies import to_scored
-from handlers.ops.scoping import read_scope, read_time
+from handlers.ops.scoping import ReadTime, read_scope, read_time
 from handlers.ops.terms import query_terms
 from handlers.ops.vectors import request_vector
 from handlers.store.filters import CURRENT, ReadScope, Scoped, read_filter, text_terms
@@ -78,8 +78,11 @@ class Found(NamedTuple):
     vector: np.ndarray | None
 
 
-async def ranked_candidates(ns: str, req: SearchRequest, deps: Deps, now: int) -> Found:
-    """Every live candidate of the search at or above `min_score`, best first."""
+async def ranked_candidates(
+    ns: str, req: SearchRequest, deps: Deps, now: int, when: ReadTime | None = None
+) -> Found:
+    """Every live candidate of the search at or above `min_score`, best first; `when`: the
+    read's time rule, when the caller has made the namespace ready for it already."""
     settings = deps.settings
     check_types(settings.types, req.types)
     mode = req.mode or settings.search_mode
@@ -94,7 +97,8 @@ async def ranked_candidates(ns: str, req: SearchRequest, deps: Deps, now: int) -
     # Expiry is checked on the candidates below, not in the queries' filter: a numeric range
     # over every document slows RediSearch's hybrid KNN down.
     scope = read_scope(req.scope, req.workflow_id, req.workspace, deps.access.stores)
-    when = await read_time(ns, req.as_of, req.include_superseded, deps, now)
+    if when is None:
+        when = await read_time(ns, req.as_of, req.include_superseded, deps, now)
     where = read_filter(
         None,
         scope,
