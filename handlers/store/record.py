@@ -18,7 +18,7 @@ import msgspec
 # Permanent memories get an expiry far in the future, so one numeric range filters expiry.
 PERMANENT_MS = 253_402_300_799_000  # 9999-12-31T23:59:59Z
 # The `vu` index field of a memory whose validity has no end: past any time the protocol
-# can name (as_of is at most year 9999), so one numeric range filters validity.
+# can name (as_of is at most year 9999), so every memory has both bounds to filter on.
 OPEN_UNTIL_MS = 10**16
 # The `general` tag of a memory stored outside any workflow ("0" inside one).
 GENERAL = "1"

@@ -460,7 +460,7 @@ class Store:
         args: list[Any] = [now_ms, _entry(entry), workspace or "", *RECORD_FIELDS]
         async with self._guard():
             out = await self._mention(keys=memory_keys, args=args)
-        return _record(RECORD_FIELDS, out) if out else None
+        return record_row(out)
 
     async def update(
         self,
@@ -505,7 +505,7 @@ class Store:
             rows = await self._delete(keys=delete_keys, args=args)
         if rows and not isinstance(rows[0], list | None):
             raise Immutable(text(rows[1]))
-        return [_record(RECORD_FIELDS, row) if row else None for row in rows]
+        return [record_row(row) for row in rows]
 
     async def supersede(
         self, ns: str, ids: list[str], by: str, start_ms: int, now_ms: int, entry: Entry
@@ -518,7 +518,7 @@ class Store:
         memory_keys, args = _supersede_call(ns, ids, by, start_ms, now_ms, entry)
         async with self._guard():
             rows = await self._supersede(keys=memory_keys, args=args)
-        return [_record(RECORD_FIELDS, row) if row else None for row in rows]
+        return [record_row(row) for row in rows]
 
     async def history(self, ns: str, memory_id: str, limit: int) -> tuple[list[Entry], int]:
         """The first `limit` entries of a memory's history, oldest first, and how many it
@@ -534,7 +534,7 @@ class Store:
     async def apply(
         self, ns: str, steps: list[Step], now_ms: int, immutable_type: str
     ) -> list[Any]:
-        """Run write steps (`add_step`, ...) in one atomic script, all or none (`APPLY_LUA`):
+        """Run write steps (`Step.add`, ...) in one atomic script, all or none (`APPLY_LUA`):
         each step's raw result, in order. `Refused` names the first step's action whose
         precondition failed; nothing is written then."""
         await self.indexes.get(ns)

@@ -62,9 +62,10 @@ class Validity:
         self._complete.clear()
 
     async def backfill(self, ns: str, now_ms: int, size: int = 200) -> int:
-        """Give every memory of the namespace written before v3 its validity window, then
-        mark the namespace complete; how many were given one. New writes carry theirs, and
-        a memory that has one is left as it is, so running it twice changes nothing."""
+        """Give every memory of the namespace written before v3 its validity window, count
+        each memory's window in the tallies (`as_of` lists), then mark the namespace
+        complete for both; how many were given one. New writes carry theirs, and a memory
+        that has one keeps it, so running it twice changes nothing."""
         prefix = keys.tally_prefix(ns)
         given = 0
         async with self._guard():
