@@ -121,21 +121,17 @@ local function tally_apply(p, id, d, sign)
     end
   end
 end
--- v3 validity: p..'v' holds the current memories whose validity ends, by `vu`; a read that
--- finds one due flags it like a superseded one (`end_validity`), so current reads keep one
--- negation whatever the time.
-local function track_validity(p, id, rec)
-  local f = redis.call('HMGET', rec, 'vu', 'superseded')
-  if f[1] and f[2] ~= '1' and tonumber(f[1]) < $open_until then
-    redis.call('ZADD', p .. 'v', f[1], id)
+local function retally(p, id, rec, now)
+  if not id then return end  -- its record is gone already (written with an expiry past)
+  local new = tally_desc(rec, now)
+  -- v3 validity: p..'v' holds the live, current memories whose validity ends, by `vu`
+  -- (new[11]); a read that finds one due flags it like a superseded one (`end_validity`),
+  -- so current reads keep one negation whatever the time.
+  if new and new[9] ~= '1' and new[11] ~= '' and tonumber(new[11]) < $open_until then
+    redis.call('ZADD', p .. 'v', new[11], id)
   else
     redis.call('ZREM', p .. 'v', id)
   end
-end
-local function retally(p, id, rec, now)
-  if not id then return end  -- its record is gone already (written with an expiry past)
-  track_validity(p, id, rec)
-  local new = tally_desc(rec, now)
   local enc = new and cjson.encode(new) or false
   local old = redis.call('HGET', p .. 'd', id)
   if old == enc then return end
@@ -169,7 +165,7 @@ local function stores_seen(flag, from)
   for j = from, #ARGV do seen[ARGV[j]] = true end
   return seen
 end
--- Flag up to `limit` memories whose validity has ended by `now` (see track_validity), and
+-- Flag up to `limit` memories whose validity has ended by `now` (see retally), and
 -- count them as such; how many there were.
 local function end_validity(p, recs, now, limit)
   local due = redis.call('ZRANGEBYSCORE', p .. 'v', '-inf', now, 'LIMIT', 0, limit)

@@ -3,7 +3,7 @@ was learnt.
 
 Current reads leave out a memory whose validity has ended as they leave out a superseded
 one, through the same `superseded` flag: the writes keep the current memories that have an
-end in a sorted set (`scripts.track_validity`), and a read first flags those whose end has
+end in a sorted set (`retally` in scripts._TALLY), and a read first flags those whose end has
 passed (`end`, and `describe`'s and `list`'s tally reads), so a current read costs the one
 negation it always did. `as_of` reads match the `vf`/`vu` index fields instead
 (`filters.valid_at`).
