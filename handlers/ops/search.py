@@ -9,7 +9,6 @@ from typing import NamedTuple
 
 import msgspec
 import numpy as np
-from redisvl.query.filter import FilterExpression
 
 from contracts.messages import ScoredMemory, SearchMode, SearchReply, SearchRequest
 from handlers.ops import ranking
@@ -134,7 +133,7 @@ async def ranked_candidates(
         # scores a whole-namespace query gives them, for work bounded by their number. A
         # superseded candidate gets none, so it is dropped here.
         found = {m.id: m for m in [*nearest, *matches]}
-        scores = await deps.store.text_scores(ns, terms, where, list(found), current)
+        scores = await deps.store.text_scores(ns, terms, list(found), current)
         matches = [
             msgspec.structs.replace(found[mid], text_score=score)
             for mid, score in sorted(scores.items(), key=lambda kv: kv[1], reverse=True)
@@ -153,7 +152,7 @@ async def ranked_candidates(
         if vec is not None:
             # Scored among the candidates, every vector match has its text score already.
             full = (len(nearest) >= k, len(matches) >= k and not scored_among)
-            await _fill_missing_scores(ns, req, deps, c, vec, terms, where, full, now, current)
+            await _fill_missing_scores(ns, req, deps, c, vec, terms, full, now, current)
 
     return Found(mode, _ranked(mode, req, deps, c, now), vec)
 
@@ -204,7 +203,6 @@ async def _fill_missing_scores(
     c: Candidates,
     vec: np.ndarray,
     terms: list[str],
-    where: FilterExpression,
     full: tuple[bool, bool],
     now: int,
     current: bool,
@@ -230,7 +228,7 @@ async def _fill_missing_scores(
         ]
     stored, rescored = await asyncio.gather(
         deps.store.vectors(ns, extra),
-        deps.store.text_scores(ns, terms, where, unscored, current)
+        deps.store.text_scores(ns, terms, unscored, current)
         if unscored and linear
         else _no_scores(),
     )

@@ -127,6 +127,9 @@ def _bm25(space: Namespace, forms: list[str], where: FilterExpression, current: 
     return q.verbatim().scorer("BM25STD").with_scores().dialect(2)
 
 
+# No filter: for a query whose candidates passed it already.
+MATCH_ALL = FilterExpression("*")
+
 # Words whose index forms a handler keeps (a few dozen bytes each): past it, it starts over.
 FORMS_KEPT = 50_000
 
@@ -840,18 +843,19 @@ class Store:
         self,
         ns: str,
         terms: list[str],
-        where: FilterExpression,
         among: list[str],
         current: bool = False,
     ) -> dict[str, float]:
         """The BM25 of each of the `among` memories (ids) that holds any of `terms`: the
         score `text` gives it, read among them alone (INKEYS), so its cost follows their
         number, not the words' memories. Only ids and scores come back (the caller has the
-        candidates' fields). The query keeps `text`'s shape, filter included: the filter
-        changes RediSearch's scores even at weight 0 (a word's share doubled, measured)."""
+        candidates' fields). Every candidate passed `where` in the query that found it, so
+        only "not superseded" is read again: the filter adds nothing to BM25 (`text_match`),
+        and checking it in each word's clause was two thirds of this query's time (1.17
+        against 0.43 ms of Redis at 100k, the same scores for 200 of 200 searches)."""
 
         async def query(space: Namespace) -> Query:
-            q = _bm25(space, await self._word_forms(space, terms), where, current)
+            q = _bm25(space, await self._word_forms(space, terms), MATCH_ALL, current)
             q = q.limit_ids(*(keys.record_key(ns, mid) for mid in among))
             return q.no_content().paging(0, len(among))
 

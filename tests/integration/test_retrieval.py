@@ -310,6 +310,31 @@ async def test_text_score_does_not_favour_the_workflow_over_general_memories(
     assert scores[in_wf.id] == pytest.approx(scores[general.id])
 
 
+async def test_text_scores_are_the_same_whatever_the_filter(
+    bus: MemoryBus, wf123: AgentMemory
+) -> None:
+    # RediSearch drops `$weight: 0` from a filter that comes down to one tag (the general
+    # scope, a union with an empty side, a `types` filter), which then added its own BM25 to
+    # every match, more to shorter memories: the ranking must depend on the words alone.
+    await wf123.add("context", "unrelated workflow note")  # the workflow's side is not empty
+    rare = await wf123.add("knowledge", "the zanzibar ledger was reconciled today")
+    for i in range(5):
+        await wf123.add("knowledge", f"ledger entry {i}")
+
+    def ratios(reply: Any) -> dict[str, float]:
+        return {h.id: h.text_score for h in reply.results}
+
+    both = ratios(await wf123.search("zanzibar ledger", mode="text", scope="both"))
+    assert max(both, key=both.__getitem__) == rare.id
+    assert len(both) == 6
+    general = ratios(await wf123.search("zanzibar ledger", mode="text", scope="general"))
+    typed = ratios(await wf123.search("zanzibar ledger", mode="text", types=["knowledge"]))
+    other_wf = bus.agent(workflow_id="wf_empty")
+    empty_side = ratios(await other_wf.search("zanzibar ledger", mode="text"))
+    for scores in (general, typed, empty_side):
+        assert scores == pytest.approx(both)
+
+
 async def test_hybrid_gives_vector_matches_beyond_the_text_cut_their_true_text_score(
     wf123: AgentMemory,
 ) -> None:
