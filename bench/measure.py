@@ -6,10 +6,13 @@ The benches run as scripts (`python bench/<name>.py`), so they import this as `m
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import math
 import os
 import statistics
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 import redis.asyncio as aioredis
@@ -70,6 +73,50 @@ async def command_stats(client: aioredis.Redis) -> CommandStats:
     """Redis's own per-command counters (INFO commandstats): where its main thread goes."""
     info = await client.info("commandstats")
     return {k.removeprefix("cmdstat_"): (int(v["calls"]), int(v["usec"])) for k, v in info.items()}
+
+
+async def script_shares(
+    url: str, run: Callable[[], Awaitable[object]], settle: float = 0.2
+) -> dict[str, float]:
+    """For each command, the share of its calls that Lua scripts made during `run()`, read
+    from MONITOR. INFO commandstats counts a script's own calls (an HMGET inside an EVALSHA)
+    and also includes their time in the script's, so a plain sum counts them twice: the
+    benches leave out that share of each command's time. Run apart from the measurement
+    itself: feeding MONITOR slows the scripts down."""
+    calls: Counter[str] = Counter()
+    scripted: Counter[str] = Counter()
+    watcher = aioredis.Redis.from_url(url)
+    try:
+        async with watcher.monitor() as monitor:
+
+            async def listen() -> None:
+                async for seen in monitor.listen():
+                    name = str(seen["command"]).split(" ", 1)[0].lower()
+                    calls[name] += 1
+                    if seen.get("client_type") == "lua":
+                        scripted[name] += 1
+
+            task = asyncio.create_task(listen())
+            await asyncio.sleep(settle)  # MONITOR is on before the first command
+            await run()
+            await asyncio.sleep(settle)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    finally:
+        await watcher.aclose()
+    return {name: scripted[name] / n for name, n in calls.items() if scripted[name]}
+
+
+def top_level(stats: CommandStats, shares: dict[str, float]) -> dict[str, tuple[float, float]]:
+    """commandstats without the calls scripts made (`script_shares`): command -> (calls,
+    usec) as the clients sent them, a script's time including its own calls."""
+    out = {}
+    for name, (calls, usec) in stats.items():
+        kept = 1.0 - shares.get(name.lower(), 0.0)
+        if kept > 0:
+            out[name] = (calls * kept, usec * kept)
+    return out
 
 
 async def keyspace(client: aioredis.Redis, sample: int = 200) -> list[tuple[str, int, float]]:

@@ -31,7 +31,7 @@ import nats
 import numpy as np
 import redis.asyncio as aioredis
 from corpus import WORKFLOWS, CorpusMemory, CorpusQuery, make_corpus, make_queries
-from measure import command_stats
+from measure import command_stats, script_shares, top_level
 from redisvl.query import VectorQuery
 
 from contracts.messages import (
@@ -50,6 +50,8 @@ from handlers.settings import load_settings
 from handlers.store.schema import VECTOR_FIELD
 
 NS = "cost"
+# Requests run first with MONITOR on, to tell the commands scripts send (`redis_ms`).
+CALIBRATION = 20
 # Commands of the measurement itself, not of the requests.
 _OWN = {"info", "config|resetstat", "config"}
 
@@ -73,16 +75,29 @@ async def load(deps: Deps, memories: list[CorpusMemory], ids: list[str], batch: 
 
 
 async def redis_ms(
-    rds: aioredis.Redis, deps: Deps, count: int, request: Callable[[int], Awaitable[object]]
+    rds: aioredis.Redis,
+    url: str,
+    deps: Deps,
+    count: int,
+    request: Callable[[int], Awaitable[object]],
 ) -> tuple[float, list[tuple[str, float, float]]]:
     """Redis ms per request over `count` sequential requests, and (command, calls, ms) per
-    request, most time first."""
+    request, most time first; the commands that scripts send are counted in their script's
+    time only (`measure.script_shares`, from a few more requests before)."""
+
+    async def calibrate() -> None:
+        for i in range(CALIBRATION):
+            await request(count + i)
+        await deps.store.settle()
+
+    shares = await script_shares(url, calibrate)
     await deps.store.settle()
     await rds.config_resetstat()
     for i in range(count):
         await request(i)
     await deps.store.settle()
-    stats = {k: v for k, v in (await command_stats(rds)).items() if k not in _OWN}
+    raw = {k: v for k, v in (await command_stats(rds)).items() if k not in _OWN}
+    stats = top_level(raw, shares)
     per = [(name, calls / count, usec / 1000 / count) for name, (calls, usec) in stats.items()]
     per.sort(key=lambda row: -row[2])
     return sum(row[2] for row in per), per
@@ -139,11 +154,15 @@ async def main() -> None:
     deps = make_deps(settings, client, embedder, nc.publish, nc.max_payload)
     corpus = make_corpus(sizes[-1], args.seed)
     corpus_workflow.extend(m.workflow_id for m in corpus)
-    queries = make_queries(args.requests, args.seed, corpus)
+    # Each operation runs `requests` timed requests after CALIBRATION more (`redis_ms`).
+    total = args.requests + CALIBRATION
+    queries = make_queries(total, args.seed, corpus)
     # Every query asks from a workflow, as an agent inside a workflow does.
     asked_from = [q.workflow_id or WORKFLOWS[i % len(WORKFLOWS)] for i, q in enumerate(queries)]
     vectors = [np.asarray(v, np.float32) for v in await embedder.embed([q.text for q in queries])]
-    extra = make_corpus(sizes[-1] + args.requests, args.seed + 1)[-args.requests :]
+    # New memories for the adds, others at each size (a repeat would only bump a mention).
+    extra = make_corpus(sizes[-1] + total * len(sizes), args.seed + 1)[-total * len(sizes) :]
+    added = [0]  # where the adds of this size start in `extra`
 
     def search(
         mode: SearchMode | None, as_of: datetime | None = None
@@ -157,7 +176,7 @@ async def main() -> None:
         return one
 
     async def add_then_describe(i: int) -> None:
-        m = extra[i]
+        m = extra[added[0] + i]
         await run(deps, "add", AddRequest(workflow_id=asked_from[i], **m.add_kwargs()))
         await run(deps, "describe", DescribeRequest(workflow_id=asked_from[i]))
 
@@ -175,6 +194,7 @@ async def main() -> None:
             secs = await load(deps, corpus[loaded:size], stored)
             print(f"loaded {size:,} memories ({(size - loaded) / secs:,.0f}/s)", flush=True)
             loaded = size
+            added[0] = sizes.index(size) * total
             ids = [r.id for r in (await run(deps, "list", ListRequest(limit=200))).memories]
             # v3 `as_of`: every memory loaded is valid now, so it reads what a current read does.
             now = datetime.now(UTC)
@@ -208,7 +228,9 @@ async def main() -> None:
             for name, request in ops.items():
                 if args.ops not in name:
                     continue
-                rows.setdefault(name, {})[size] = await redis_ms(rds, deps, args.requests, request)
+                rows.setdefault(name, {})[size] = await redis_ms(
+                    rds, stack.redis_url, deps, args.requests, request
+                )
                 print(f"  {name}: {rows[name][size][0]:.2f} ms", flush=True)
             # Queries of the loaded memories, asked from their own workflow (or any).
             probes = make_queries(args.quality, args.seed + size, corpus[:size])

@@ -124,7 +124,9 @@ async def ranked_candidates(
         else _nothing(),
         # Only finding candidates, scored below where the superseded ones get no score:
         # "not superseded" cost a third of this query's Redis time at 100k.
-        deps.store.text(ns, rare, where, k, current=current and not scored_among)
+        deps.store.text(
+            ns, rare, where, k, current=current and not scored_among, finding=scored_among
+        )
         if mode != "vector" and rare
         else _nothing(),
     )
@@ -323,14 +325,16 @@ async def _read_results(
     returned memories count as accessed; one that vanished since the candidate queries
     (deleted, expired) gives its place to the next candidate."""
     budget = req.max_tokens
+    # Without a budget, every live record read is returned, so the read counts its access
+    # (one script call, not a second one after the reply). With one, which records fit is
+    # known only after reading them: those returned are counted after the reply.
+    counted = budget is None
     results: list[ScoredMemory] = []
     spent = 0
     while ranked and len(results) < req.limit:
         want = req.limit - len(results)
         batch, ranked = ranked[:want], ranked[want:]
-        # Accesses are counted after the reply, for those returned (with a budget, which
-        # records fit is known only after reading them).
-        found = await deps.store.fetch(ns, [r.id for r in batch], now, count_access=False)
+        found = await deps.store.fetch(ns, [r.id for r in batch], now, count_access=counted)
         for r, f in zip(batch, found, strict=True):
             if f is None:
                 continue
@@ -348,5 +352,6 @@ async def _read_results(
                     text_score=r.text,
                 )
             )
-    deps.store.touch_later(ns, [r.id for r in results], now)
+    if not counted:
+        deps.store.touch_later(ns, [r.id for r in results], now)
     return results

@@ -173,7 +173,8 @@ _FORM_RE = re.compile(r"^\s*@[^:\s]+:(\S+?)(?:\(expanded\))?\s*$")
 
 def word_forms(explained: str, word: str) -> list[str]:
     """The index terms RediSearch reads for `word` (itself, and its stem forms such as
-    `+migrat` and `migrat`), from FT.EXPLAIN of a query of the word on one field."""
+    `+migrat` and `migrat`), from FT.EXPLAIN of a query of the word on one field. The first
+    holds every memory with the word itself."""
     forms = [m.group(1) for line in explained.splitlines() if (m := _FORM_RE.match(line))]
     found = [f for f in dict.fromkeys(forms) if f != "UNION"]
     if f"+{word}" not in found and any(f.startswith("+") for f in found):
