@@ -8,6 +8,18 @@ MAX_METADATA_BYTES = 8 * 1024
 MAX_NESTING = 32
 # Inside `metadata`: an object nested deeper than this is refused (flatten it).
 MAX_METADATA_NESTING = 8
+
+
+def nesting(value: object) -> int:
+    """How deep a JSON value nests, as MAX_METADATA_NESTING counts it: each object or array
+    is a level (a scalar is 0)."""
+    if isinstance(value, dict):
+        return 1 + max((nesting(v) for v in value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max((nesting(v) for v in value), default=0)
+    return 0
+
+
 MAX_TAGS = 32
 # Observation fields of a memory (PROTOCOL v2, "More on the record").
 MAX_TITLE_CHARS = 256

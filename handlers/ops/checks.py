@@ -33,14 +33,6 @@ def check_types(types: TypeTable, names: Iterable[str] | None) -> None:
         type_config(types, name)
 
 
-def _depth(value: object) -> int:
-    if isinstance(value, dict):
-        return 1 + max((_depth(v) for v in value.values()), default=0)
-    if isinstance(value, list):
-        return 1 + max((_depth(v) for v in value), default=0)
-    return 0
-
-
 def check_metadata(value: dict[str, object] | None) -> str | None:
     """The metadata as the JSON text we store, once it is known to be small and shallow."""
     if value is None:
@@ -57,7 +49,7 @@ def check_object(value: dict[str, object], name: str, instead: str) -> str:
             f"`{name}` is {len(data)} bytes of JSON; the limit is {limits.MAX_METADATA_BYTES}."
             f" Keep {name} small and {instead}."
         )
-    if _depth(value) > limits.MAX_METADATA_NESTING:
+    if limits.nesting(value) > limits.MAX_METADATA_NESTING:
         raise InvalidRequest(
             f"`{name}` nests more than {limits.MAX_METADATA_NESTING} levels deep; flatten it."
         )
