@@ -20,7 +20,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar, cast
 
 import msgspec
 import nats
@@ -524,6 +524,62 @@ def tail(
                         out.print(event_line(event))
 
     _run(work)
+
+
+@app.command()
+def webhook(
+    url: Annotated[
+        str,
+        typer.Option(
+            "--url", envvar="MEMBUS_WEBHOOK_URL", help="Where each event is POSTed (http/https)."
+        ),
+    ],
+    workflow: Annotated[str | None, typer.Argument(help="Only this workflow's events.")] = None,
+    secret: Annotated[
+        str | None,
+        typer.Option(
+            "--secret",
+            envvar="MEMBUS_WEBHOOK_SECRET",
+            show_default=False,
+            help="Sign each body: X-Membus-Signature: sha256=<hex HMAC-SHA256>. Prefer the"
+            " environment variable: a command line is visible to other users.",
+        ),
+    ] = None,
+    on_4xx: Annotated[
+        str,
+        typer.Option(
+            "--on-4xx",
+            help="An event the receiver refuses (3xx, 4xx but 408/425/429): retry it with"
+            " backoff until it is taken, or skip it (logged).",
+        ),
+    ] = "retry",
+    max_backoff: Annotated[
+        float, typer.Option(help="Longest wait between two attempts, in seconds.")
+    ] = 30.0,
+    timeout: Annotated[float, typer.Option(help="Seconds a POST may take.")] = 10.0,
+    log_level: Annotated[str, typer.Option(envvar="MEMBUS_LOG_LEVEL", help="Log level.")] = "info",
+    nats_url: NatsUrl = DEFAULT_URL,
+    namespace: Namespace = DEFAULT_NAMESPACE,
+) -> None:
+    """POST each event to a URL, in order, until Ctrl-C; JetStream keeps the events while
+    the receiver is down (up to 7 days), and a restart resumes where it stopped."""
+    from bus.logs import configure_logging
+    from bus.webhook import OnRefusal, SettingError, WebhookSettings, serve
+
+    try:
+        settings = WebhookSettings(
+            url=url.strip(),
+            namespace=namespace,
+            workflow_id=workflow,
+            secret=secret,
+            timeout_s=timeout,
+            max_backoff_s=max_backoff,
+            on_4xx=cast(OnRefusal, on_4xx),  # checked by WebhookSettings
+        )
+    except SettingError as exc:
+        raise typer.BadParameter(str(exc), param_hint=exc.option) from None
+    configure_logging(log_level)
+    _run(lambda: serve(nats_url, settings))
 
 
 def _progress() -> Progress:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import logging
 import os
 import sys
 import time
@@ -36,6 +35,7 @@ from nats.errors import Error as NatsError
 
 from bus.client import MemoryBus
 from bus.errors import Unavailable
+from bus.logs import configure_logging
 from bus.tools import (
     ToolCallError,
     ToolExecutor,
@@ -286,31 +286,6 @@ async def serve_http(settings: McpSettings, host: str, port: int) -> None:
     app = server.streamable_http_app(host=host)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning")
     await uvicorn.Server(config).serve()
-
-
-def configure_logging(level: str = "info") -> None:
-    """structlog to stderr (stdout carries MCP on stdio): JSON lines, or a console renderer
-    on a terminal."""
-    renderer: structlog.typing.Processor
-    if sys.stderr.isatty():
-        renderer = structlog.dev.ConsoleRenderer()
-    else:
-        renderer = structlog.processors.JSONRenderer()
-    numeric = logging.getLevelNamesMapping().get(level.upper(), logging.INFO)
-    structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
-            renderer,
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
-        cache_logger_on_first_use=True,
-    )
-    # The SDK and nats-py log through the standard library: to stderr too.
-    logging.basicConfig(stream=sys.stderr, level=max(numeric, logging.WARNING))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
