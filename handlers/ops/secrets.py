@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import Literal
+from typing import Any, Literal
 
 from handlers.errors import InvalidRequest
 
@@ -105,6 +105,19 @@ class Secrets:
         cleaned, kinds = redact(value)
         self.found += [k for k in kinds if k not in self.found]
         return cleaned
+
+    def json(self, field: str, value: Any) -> Any:
+        """A free JSON value (`metadata`) with every string in it scanned as a text field;
+        keys, numbers and the shape stay as sent."""
+        if self.mode == "off":
+            return value
+        if isinstance(value, str):
+            return self.text(field, value)
+        if isinstance(value, dict):
+            return {key: self.json(field, item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [self.json(field, item) for item in value]
+        return value
 
     def optional(self, field: str, value: str | None) -> str | None:
         return None if value is None else self.text(field, value)

@@ -203,7 +203,7 @@ async def prepare_add(
     secrets = Secrets(deps.settings.secrets)
     req, content = _without_secrets(req, content, composed, secrets)
     check_content(content, composed=composed)
-    metadata = check_metadata(req.metadata)
+    metadata = check_metadata(secrets.json("metadata", req.metadata))
     vec = await request_vector(ns, deps, text=content, given=req.embedding)
     now = deps.clock()
     workflow_id = storage_workflow(cfg, req.scope, req.workflow_id)

@@ -72,6 +72,16 @@ async def test_put_then_get_returns_the_value_key_and_namespace_exactly(
     assert await store.aget(("users", "über user", "memories"), key) is None  # case counts
 
 
+async def test_a_secret_in_a_value_is_stored_redacted(store: MemoryBusStore) -> None:
+    # The bus scans every string of metadata, where the store keeps values (MEMBUS_SECRETS,
+    # redact by default): the rest of the value comes back exactly.
+    key = "sk-" + "proj-" + "Zq8xLm2Pv7Rt4Wn9Yb3Kc6Hd1Jf5Gs0AeU"
+    await store.aput(("cfg",), "openai", {"key": key, "model": "small", "n": 2})
+    item = await store.aget(("cfg",), "openai")
+    assert item is not None
+    assert item.value == {"key": "[redacted:api_key]", "model": "small", "n": 2}
+
+
 async def test_a_second_put_replaces_the_value_keeps_created_at_and_leaves_one_memory(
     bus: MemoryBus, store: MemoryBusStore
 ) -> None:

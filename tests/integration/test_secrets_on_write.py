@@ -1,7 +1,7 @@
-"""Secrets on write (PROTOCOL.md v3): found in content, title, narrative, facts and a
-capture's arguments and output before anything is stored or embedded; redacted by default,
-refused with MEMBUS_SECRETS=block, stored as sent with off. The samples are built from
-parts so that no key-shaped string sits in the repository."""
+"""Secrets on write (PROTOCOL.md v3): found in content, title, narrative, facts, the strings
+of metadata and a capture's arguments and output before anything is stored or embedded;
+redacted by default, refused with MEMBUS_SECRETS=block, stored as sent with off. The
+samples are built from parts so that no key-shaped string sits in the repository."""
 
 from __future__ import annotations
 
@@ -56,6 +56,20 @@ async def test_title_narrative_and_facts_are_redacted_and_content_composed_from_
     assert m.facts == ["backup key [redacted:api_key]", "rotation is monthly"]
     assert m.content.startswith("Login token [redacted:jwt]\n\nThe service signs with\n")
     assert OPENAI not in m.content and "PRIVATE KEY" not in m.content
+
+
+async def test_strings_in_metadata_are_redacted_and_its_shape_kept(wf123: AgentMemory) -> None:
+    # Adapters (LangGraph's store, sessions) keep whole values in metadata.
+    meta = {"env": "staging", "auth": {"keys": [f"openai {OPENAI}", 3]}, "dsn": DSN, "n": 1}
+    reply = await wf123.add("knowledge", "service settings", metadata=meta)
+    assert reply.redacted == ["api_key", "url_password"]
+    (m,) = (await wf123.get([reply.id])).memories
+    assert m.metadata == {
+        "env": "staging",
+        "auth": {"keys": ["openai [redacted:api_key]", 3]},
+        "dsn": "postgres://app:[redacted:url_password]@db.internal:5432/main",
+        "n": 1,
+    }
 
 
 async def test_a_write_without_secrets_has_no_redacted_field(bus: MemoryBus, bus_client) -> None:
@@ -125,6 +139,8 @@ async def test_block_refuses_the_write_naming_kind_and_field_and_writes_nothing(
             await mem.add("knowledge", title="Keys", facts=["fine", f"bad {OPENAI}"])
         with pytest.raises(InvalidRequest, match=r"`output` holds .*\(jwt\)"):
             await mem.capture("login", output=f"token {JWT}")
+        with pytest.raises(InvalidRequest, match=r"`metadata` holds .*\(jwt\)"):
+            await mem.add("knowledge", "settings", metadata={"deep": [{"token": JWT}]})
         kept = await mem.add("knowledge", "no secret at all")
         assert kept.redacted is msgspec.UNSET
         assert [m.id for m in (await mem.list()).memories] == [kept.id]
