@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, overload
 
 import msgspec
 import redis.exceptions
@@ -29,6 +29,7 @@ from redisvl.schema import IndexSchema
 from handlers.store.cluster import is_cluster
 from handlers.store.failures import is_missing_index
 from handlers.store.keys import (
+    OWN_BUILDING,
     OWN_INDEX,
     POOL_NAMESPACES,
     POOL_SEQUENCE,
@@ -37,6 +38,7 @@ from handlers.store.keys import (
     VALIDITY_TALLIED,
     index_name,
     meta_key,
+    passing_index_name,
     pool_filter,
     pool_number,
     pool_of,
@@ -169,25 +171,50 @@ class Indexes:
                 claimed = await self.client.set(tier_key(ns), first, nx=True)
                 opens = opens and bool(claimed)
                 tier = await self.client.get(tier_key(ns)) or first
-            if text(tier) != OWN_INDEX:
+            index = None
+            if text(tier) == OWN_BUILDING:
+                # Mid-promotion: the passing index, unless it is gone (the promotion ended).
+                index = await self.own(ns, meta.dimension, name=passing_index_name(ns))
+                tier = await self.client.get(tier_key(ns)) or tier
+            if index is not None and text(tier) == OWN_BUILDING:
+                space = Namespace(index, meta)
+            elif text(tier) in (OWN_INDEX, OWN_BUILDING):
+                space = Namespace(await self.own(ns, meta.dimension), meta)
+            else:
                 pool = await self._pool(int(tier), meta.dimension, empty=opens)
                 space = Namespace(pool, meta, int(tier))
-            else:
-                space = Namespace(await self.own(ns, meta.dimension), meta)
         self._open[ns] = space
         return space
 
-    async def own(self, ns: str, dimension: int, wait_s: float = 5.0) -> AsyncSearchIndex:
+    def _own_index(self, ns: str, dimension: int, name: str | None = None) -> AsyncSearchIndex:
+        schema = schema_dict(ns, dimension)
+        if name is not None:
+            schema["index"]["name"] = name
+        return AsyncSearchIndex(IndexSchema.from_dict(schema), redis_client=self.client)
+
+    @overload
+    async def own(self, ns: str, dimension: int, wait_s: float = 5.0) -> AsyncSearchIndex: ...
+
+    @overload
+    async def own(
+        self, ns: str, dimension: int, wait_s: float = 5.0, *, name: str
+    ) -> AsyncSearchIndex | None: ...
+
+    async def own(
+        self, ns: str, dimension: int, wait_s: float = 5.0, *, name: str | None = None
+    ) -> AsyncSearchIndex | None:
         """The namespace's own index, created if missing (it then indexes the namespace's
-        existing memories in the background: wait up to `wait_s` for that).
+        existing memories in the background: wait up to `wait_s` for that). With `name`
+        (a promotion's passing index), that index if it exists, else None: only a
+        promotion makes one, since one a reader made again would be left behind.
 
         One FT.INFO when the index exists: it costs Redis time in proportion to the index
         (38 ms at 100k memories), and redisvl's create() alone would send two."""
-        index = AsyncSearchIndex(
-            IndexSchema.from_dict(schema_dict(ns, dimension)), redis_client=self.client
-        )
+        index = self._own_index(ns, dimension, name)
         info = await self._info(index.name)
         if info is None:
+            if name is not None:
+                return None
             await self._create_index(index)
             info = await self._info(index.name)
         await self._bring_up(index, info, wait_s)
@@ -232,22 +259,36 @@ class Indexes:
 
     async def promote(self, ns: str, wait_s: float = 60.0) -> bool:
         """Move a pooled namespace to an index of its own; False if it was not pooled, or
-        its new index had not indexed its memories within `wait_s` (try again later).
+        an index it needs had not indexed its memories within `wait_s` (try again later:
+        a promotion that stopped half-way goes on from where it was).
 
-        In order: create the index (which indexes the namespace's memories, pool field or
-        not), switch the tier (from here on writes leave the pool out, and readers of the
-        pool retry), then take the pool field off every memory so the pool drops them. A
-        reader of the pool that checks the tier after its query and still sees the pool
-        number thus saw every memory. Run it under the namespace's lock."""
+        In order: a passing index (which indexes the namespace's memories, pool field or
+        not), then the tier says so (from here on writes leave the pool out, and readers of
+        the pool retry, on the passing index), then the pool field comes off every memory
+        so the pool drops them. A reader of the pool that checks the tier after its query
+        and still sees the pool number thus saw every memory.
+
+        Taking the field off re-indexes each memory in the passing index, which keeps the
+        replaced entries and their lengths in its BM25 statistics (garbage collection
+        takes the entries out, not the lengths): word scores came out at half an index's
+        built at once. So the namespace's own index is then built from the memories as
+        they now are; readers move to it when the tier says so and the passing index is
+        dropped (a reader that had it finds it missing and reads the tier again). Building
+        the index again under its one name instead left readers with a half-built index:
+        RediSearch builds one by scanning the whole keyspace, and answers meanwhile with
+        what it has scanned. Run it under the namespace's lock."""
         async with self._guard():
             tier = await self.client.get(tier_key(ns))
             if tier is None or text(tier) == OWN_INDEX:
                 return False
             meta = _meta_decoder.decode(await self.client.get(meta_key(ns)) or b"")
-            index = await self.own(ns, meta.dimension, wait_s)
-            if not await self.wait_indexed(index, 0):
-                return False
-            await self.client.set(tier_key(ns), OWN_INDEX)
+            if text(tier) != OWN_BUILDING:
+                passing = self._own_index(ns, meta.dimension, passing_index_name(ns))
+                if await self._info(passing.name) is None:
+                    await self._create_index(passing)
+                if not await self.wait_indexed(passing, wait_s):
+                    return False
+                await self.client.set(tier_key(ns), OWN_BUILDING)
             moved = 0
             async for batch in batches(
                 self.client.scan_iter(match=f"{record_prefix(ns)}*", count=1000)
@@ -256,12 +297,16 @@ class Indexes:
                 for key in batch:
                     pipe.hdel(key, POOL_FIELD)
                 moved += sum(await pipe.execute())
-            # Taking the field off re-indexed each memory in the new index, which keeps the
-            # replaced entries until its garbage collector runs, and BM25 counts them: word
-            # scores came out at half an index's built at once. So it is built again, from
-            # the memories as they now are (a reader meanwhile sets it up itself).
-            await self.client.execute_command("FT.DROPINDEX", index.name)
-            await self.own(ns, meta.dimension, wait_s)
+            # Nobody reads the namespace's own index yet: one left by a promotion that
+            # stopped half-way may hold memories indexed with the field.
+            with contextlib.suppress(redis.exceptions.ResponseError):
+                await self.client.execute_command("FT.DROPINDEX", index_name(ns))
+            final = await self.own(ns, meta.dimension, wait_s)
+            if not await self.wait_indexed(final, 0):
+                return False
+            await self.client.set(tier_key(ns), OWN_INDEX)
+            with contextlib.suppress(redis.exceptions.ResponseError):
+                await self.client.execute_command("FT.DROPINDEX", passing_index_name(ns))
         self.forget(ns)
         log.info("index.promoted", namespace=ns, index=index_name(ns), memories=moved)
         return True

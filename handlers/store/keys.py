@@ -76,6 +76,13 @@ def tier_key(ns: str) -> str:
 
 
 OWN_INDEX = "own"
+# The tier while a promotion builds the namespace's own index: readers use the passing one.
+OWN_BUILDING = "own+"
+
+
+def passing_index_name(ns: str) -> str:
+    """The index a promotion reads a namespace from while its own one is built (same slot)."""
+    return index_name(ns) + ":passing"
 
 
 def record_prefix(ns: str) -> str:

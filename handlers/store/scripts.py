@@ -40,7 +40,7 @@ end
 _POOLED = """
 local function pooled(tierkey, pairs)
   local tier = redis.call('GET', tierkey)
-  if tier and tier ~= 'own' then
+  if tier and tonumber(tier) then
     pairs[#pairs + 1] = 'pool'
     pairs[#pairs + 1] = tier
   end

@@ -11,6 +11,7 @@ import asyncio
 import dataclasses
 import random
 import uuid
+from typing import Any
 
 import pytest
 
@@ -214,6 +215,57 @@ async def test_memories_written_during_a_promotion_are_all_kept(in_process) -> N
     assert await _in_pool_after_promotion(deps, ns) == 0
     hits = await operations.search(ns, SearchRequest(query="during", mode="text", limit=60), deps)
     assert sorted(h.id for h in hits.results) == sorted(written)
+
+
+async def test_a_reader_during_a_promotion_sees_every_memory(in_process) -> None:
+    # RediSearch builds an index by scanning the whole keyspace in the background, so an
+    # index made again while readers use it answers with what it has scanned so far. Keys
+    # of another prefix make that scan long enough to be caught.
+    deps, reader, ns = _deps(in_process, pool_max=5), _deps(in_process, pool_max=5), _ns()
+    ids = {await _add(deps, ns, f"kept through the move {i}") for i in range(30)}
+    client = deps.store.client
+    filler = f"filler:{ns}:"
+    for start in range(0, 60_000, 5_000):
+        pipe = client.pipeline(transaction=False)
+        for i in range(start, start + 5_000):
+            pipe.set(f"{filler}{i}", "x")
+        await pipe.execute()
+    seen: list[int] = []
+    done = asyncio.Event()
+
+    async def read() -> None:
+        while not done.is_set():
+            listed = await operations.list_(ns, ListRequest(limit=100, tags=[]), reader)
+            found = await operations.search(
+                ns, SearchRequest(query="kept move", mode="text", limit=50), reader
+            )
+            seen.extend((listed.total, len(found.results)))
+
+    async def promote() -> bool:
+        try:
+            async with deps.store.exclusive(ns, "promote", hold_s=120.0):
+                return await deps.store.indexes.promote(ns)
+        finally:
+            done.set()
+
+    try:
+        promoted, _ = await asyncio.gather(promote(), read())
+    finally:
+        async for batch in _batches(client.scan_iter(match=f"{filler}*", count=5_000)):
+            await client.delete(*batch)
+    assert promoted and await _tier(deps, ns) == OWN_INDEX
+    assert seen and set(seen) == {len(ids)}, sorted(set(seen))
+
+
+async def _batches(keys_: Any, size: int = 5_000) -> Any:
+    batch = []
+    async for key in keys_:
+        batch.append(key)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
 
 
 async def test_pool_max_zero_gives_every_namespace_its_own_index(in_process) -> None:
