@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
-from typing import Any, NamedTuple, overload
+from typing import Any, Literal, NamedTuple, overload
 
 import msgspec
 import redis.exceptions
@@ -174,7 +174,9 @@ class Indexes:
             index = None
             if text(tier) == OWN_BUILDING:
                 # Mid-promotion: the passing index, unless it is gone (the promotion ended).
-                index = await self.own(ns, meta.dimension, name=passing_index_name(ns))
+                index = await self.own(
+                    ns, meta.dimension, name=passing_index_name(ns), create=False
+                )
                 tier = await self.client.get(tier_key(ns)) or tier
             if index is not None and text(tier) == OWN_BUILDING:
                 space = Namespace(index, meta)
@@ -186,34 +188,47 @@ class Indexes:
         self._open[ns] = space
         return space
 
-    def _own_index(self, ns: str, dimension: int, name: str | None = None) -> AsyncSearchIndex:
-        schema = schema_dict(ns, dimension)
-        if name is not None:
-            schema["index"]["name"] = name
-        return AsyncSearchIndex(IndexSchema.from_dict(schema), redis_client=self.client)
-
     @overload
-    async def own(self, ns: str, dimension: int, wait_s: float = 5.0) -> AsyncSearchIndex: ...
+    async def own(
+        self,
+        ns: str,
+        dimension: int,
+        wait_s: float = 5.0,
+        *,
+        name: str | None = None,
+        create: Literal[True] = True,
+    ) -> AsyncSearchIndex: ...
 
     @overload
     async def own(
-        self, ns: str, dimension: int, wait_s: float = 5.0, *, name: str
-    ) -> AsyncSearchIndex | None: ...
+        self, ns: str, dimension: int, wait_s: float = 5.0, *, name: str | None = None,
+        create: bool,
+    ) -> AsyncSearchIndex | None: ...  # fmt: skip
 
     async def own(
-        self, ns: str, dimension: int, wait_s: float = 5.0, *, name: str | None = None
+        self,
+        ns: str,
+        dimension: int,
+        wait_s: float = 5.0,
+        *,
+        name: str | None = None,
+        create: bool = True,
     ) -> AsyncSearchIndex | None:
-        """The namespace's own index, created if missing (it then indexes the namespace's
-        existing memories in the background: wait up to `wait_s` for that). With `name`
-        (a promotion's passing index), that index if it exists, else None: only a
-        promotion makes one, since one a reader made again would be left behind.
+        """The namespace's own index (or the one named `name`: a promotion's passing
+        index), created if missing (it then indexes the namespace's existing memories in
+        the background: wait up to `wait_s` for that). Without `create`, None if missing:
+        only a promotion makes a passing index, since one a reader made again would be left
+        behind.
 
         One FT.INFO when the index exists: it costs Redis time in proportion to the index
         (38 ms at 100k memories), and redisvl's create() alone would send two."""
-        index = self._own_index(ns, dimension, name)
+        schema = schema_dict(ns, dimension)
+        if name is not None:
+            schema["index"]["name"] = name
+        index = AsyncSearchIndex(IndexSchema.from_dict(schema), redis_client=self.client)
         info = await self._info(index.name)
         if info is None:
-            if name is not None:
+            if not create:
                 return None
             await self._create_index(index)
             info = await self._info(index.name)
@@ -283,10 +298,8 @@ class Indexes:
                 return False
             meta = _meta_decoder.decode(await self.client.get(meta_key(ns)) or b"")
             if text(tier) != OWN_BUILDING:
-                passing = self._own_index(ns, meta.dimension, passing_index_name(ns))
-                if await self._info(passing.name) is None:
-                    await self._create_index(passing)
-                if not await self.wait_indexed(passing, wait_s):
+                passing = await self.own(ns, meta.dimension, wait_s, name=passing_index_name(ns))
+                if not await self.wait_indexed(passing, 0):
                     return False
                 await self.client.set(tier_key(ns), OWN_BUILDING)
             moved = 0
