@@ -291,6 +291,8 @@ async def _run(
             check_context(request.context)
             if request.context.session_id:
                 structlog.contextvars.bind_contextvars(session_id=request.context.session_id)
+        # On a Redis Cluster, a pooled namespace's keys carry its pool's tag.
+        ns = await deps.store.locate(ns)
         reply = await HANDLERS[op](ns, request, deps)
         out = fitted(reply, deps.max_payload)
         count = _result_count(reply)

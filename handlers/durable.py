@@ -246,6 +246,8 @@ class DurableWrites:
             return
         store = self.deps.store
         try:
+            # Its claim and its replicas' wait go to the namespace's slot (`Store.locate`).
+            ns = await store.locate(ns)
             state = await store.claims.claim(ns, request_id, CLAIM_MS)
         except Unavailable as exc:
             count_redis_error(self.deps.metrics, exc)

@@ -1,6 +1,6 @@
 """Running on a Redis Cluster: what differs from one server, in one place.
 
-Every key of a namespace carries its hash tag (`keys.ns_prefix`), so redis-py's
+Every key of a namespace carries a hash tag (`keys.ns_prefix`), so redis-py's
 `RedisCluster` sends each of its commands and Lua scripts to the node of its slot, and
 follows MOVED and ASK while slots move. RediSearch declares an index's name as the key of
 its FT.* commands, so an FT.* command goes to the node of the name's slot; and it reads a
@@ -8,8 +8,11 @@ document's fields only when the document's key is in that same slot (a field of 
 slot's key comes back empty, even on one node). So on a cluster:
 - a namespace's own index is named with its tag (`keys.index_name`): the node and slot of
   its memories;
-- there are no pools (`Indexes.pool_max` is 0): a pool's namespaces each have a slot of
-  their own. Every namespace has its own index there.
+- a namespace born pooled keeps all its keys under its pool's tag (`keys.Pooled`), and the
+  pool index is named with that tag: a pool lives in one slot. New pooled namespaces go
+  round `keys.OPEN_POOLS` pools, so the first ones spread over as many slots. Where a
+  namespace's keys live is decided by its first user and kept in `keys.home_key`
+  (`Indexes.locate`); one that outgrows its pool gets an index of its own in that slot.
 Without a coordinator (RediSearch 2.10) an index covers the keys of its node only; when a
 slot moves, the index is missing on its new node, and the query that finds it missing
 makes it there (it then indexes the memories that arrived). Redis 8's coordinator creates
@@ -18,6 +21,7 @@ an index on every node and fans a query out; the names route the same way there.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -60,6 +64,18 @@ async def is_cluster_url(url: str) -> bool:
     finally:
         await probe.aclose()
     return bool(int(info.get("cluster_enabled", 0)))
+
+
+async def scan_iter(client: Any, ns: str, match: str, count: int = 1000) -> AsyncIterator[Any]:
+    """Every key of the namespace matching `match` (which starts with its prefix), on the
+    node of its slot on a cluster."""
+    cursor = 0
+    while True:
+        cursor, found = await scan(client, ns, cursor, match, count)
+        for key in found:
+            yield key
+        if cursor == 0:
+            return
 
 
 async def scan(client: Any, ns: str, cursor: int, match: str, count: int) -> tuple[int, list[Any]]:

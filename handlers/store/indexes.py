@@ -26,7 +26,7 @@ from redisvl.index import AsyncSearchIndex
 from redisvl.query.filter import FilterExpression, Num
 from redisvl.schema import IndexSchema
 
-from handlers.store.cluster import is_cluster
+from handlers.store.cluster import is_cluster, scan_iter
 from handlers.store.failures import is_missing_index
 from handlers.store.keys import (
     OWN_BUILDING,
@@ -36,6 +36,8 @@ from handlers.store.keys import (
     TALLIES_COMPLETE,
     VALIDITY_COMPLETE,
     VALIDITY_TALLIED,
+    Pooled,
+    home_key,
     index_name,
     meta_key,
     passing_index_name,
@@ -43,6 +45,7 @@ from handlers.store.keys import (
     pool_number,
     pool_of,
     record_prefix,
+    spread,
     tally_prefix,
     tier_key,
 )
@@ -104,15 +107,42 @@ class Indexes:
         self.mine = mine
         self._guard = guard
         # A new namespace is pooled until it holds this many memories (0: never pooled).
-        # Not on a Redis Cluster: RediSearch reads a document's fields only when its key
-        # is in the slot of the index's name, and a pool's namespaces have slots of their
-        # own, so each namespace there has its own index (see `cluster`).
-        self.pool_max = 0 if is_cluster(client) else pool_max
+        self.pool_max = pool_max
+        # On a Redis Cluster a pool's namespaces keep their keys under its tag (`locate`).
+        self.clustered = is_cluster(client)
         # Caches only: every replica can rebuild them from Redis.
+        self._homes: dict[str, str] = {}
         self._open: dict[str, Namespace] = {}
         self._pending: dict[str, asyncio.Future[Namespace]] = {}
         # Pool indexes by (dimension, group): `keys.pool_of`.
         self._pools: dict[tuple[int, int], AsyncSearchIndex] = {}
+
+    async def locate(self, ns: str) -> str:
+        """The namespace as its keys are named: on one server, its name; on a Redis Cluster,
+        a `Pooled` name when it was born pooled. RediSearch reads a document's fields only
+        when its key is in the slot of the index's name, so a pool's namespaces keep their
+        keys under the pool's tag there, for good (a namespace outgrowing its pool gets an
+        index of its own in the same slot). Set by the namespace's first user, in
+        `keys.home_key`; cached, since it never changes while Redis keeps it."""
+        if not self.clustered:
+            return ns
+        home = self._homes.get(ns)
+        if home is None:
+            async with self._guard():
+                home = self._homes[ns] = await self._home(ns)
+        return home
+
+    async def _home(self, ns: str) -> str:
+        where = await self.client.get(home_key(ns))
+        if where is None:
+            # A namespace made before homes were kept has its keys under its own tag.
+            made = await self.client.exists(meta_key(ns), tier_key(ns))
+            where = OWN_INDEX
+            if self.pool_max and not made:
+                where = str(spread(int(await self.client.incr(POOL_SEQUENCE))))
+            await self.client.set(home_key(ns), where, nx=True)
+            where = await self.client.get(home_key(ns)) or where
+        return ns if text(where) == OWN_INDEX else Pooled(ns, int(where))
 
     async def get(self, ns: str) -> Namespace:
         """The namespace's index and meta, created on first use."""
@@ -137,6 +167,7 @@ class Indexes:
             self._pools.pop(pool_of(space.pool), None)
 
     def forget_all(self) -> None:
+        self._homes.clear()
         self._open.clear()
         self._pools.clear()
 
@@ -160,12 +191,16 @@ class Indexes:
                 # A namespace that had a meta but no tier was made before pools: its memories
                 # lack the pool field, so it keeps (or gets back) its own index.
                 # So does one whose index exists already (made before metas were kept).
-                pooled = fresh and self.pool_max
-                if pooled:
+                # On a cluster, a namespace is pooled where its home says so (`locate`).
+                sequence = ns.sequence if isinstance(ns, Pooled) else None
+                if fresh and self.pool_max and not self.clustered:
                     sequence = int(await self.client.incr(POOL_SEQUENCE))
+                if fresh and sequence is not None:
                     first = str(pool_number(sequence, meta.dimension))
                     # The first number of its pool: no memory can be in that pool yet.
-                    opens = sequence == 1 or sequence % POOL_NAMESPACES == 0
+                    # (A cluster's first is 0: `keys.spread`.)
+                    opens = sequence % POOL_NAMESPACES == 0
+                    opens = opens or (sequence == 1 and not self.clustered)
                 else:
                     first = OWN_INDEX
                 claimed = await self.client.set(tier_key(ns), first, nx=True)
@@ -264,7 +299,8 @@ class Indexes:
         if index is not None:
             return index
         index = AsyncSearchIndex(
-            IndexSchema.from_dict(pool_schema_dict(number, dimension)), redis_client=self.client
+            IndexSchema.from_dict(pool_schema_dict(number, dimension, self.clustered)),
+            redis_client=self.client,
         )
         options = ["FILTER", pool_filter(number, POOL_FIELD)]
         await self._create_index(index, *options, *(["SKIPINITIALSCAN"] if empty else []))
@@ -303,9 +339,7 @@ class Indexes:
                     return False
                 await self.client.set(tier_key(ns), OWN_BUILDING)
             moved = 0
-            async for batch in batches(
-                self.client.scan_iter(match=f"{record_prefix(ns)}*", count=1000)
-            ):
+            async for batch in batches(scan_iter(self.client, ns, f"{record_prefix(ns)}*")):
                 pipe = self.client.pipeline(transaction=False)
                 for key in batch:
                     pipe.hdel(key, POOL_FIELD)

@@ -2,8 +2,10 @@
 keys carry its name as their hash tag, `membus:{<ns>}:...` (namespace names hold no `:`,
 `{` or `}`), so namespaces never share a key, and on a Redis Cluster all of a namespace's
 keys live in one slot, on one node: its Lua scripts touch one slot, and its own index there
-covers all of its memories. Keys of no namespace are few and touched one at a time. The
-layout before hash tags (`membus:<ns>:...`) is migrated by `layout`."""
+covers all of its memories. On a cluster, a namespace born pooled carries its pool's tag
+instead, `membus:{pool.<group>}:<ns>:...` (`Pooled`), so that its pool lives in one slot.
+Keys of no namespace are few and touched one at a time. The layout before hash tags
+(`membus:<ns>:...`) is migrated by `layout`."""
 
 from __future__ import annotations
 
@@ -14,11 +16,35 @@ ROOT = "membus"
 EMBED_CACHE = f"{ROOT}:embcache"
 
 
+class Pooled(str):
+    """A namespace born pooled on a Redis Cluster: its name, whose keys carry its pool's
+    hash tag (`pool_tag`) instead of its own, for good, so that its pool index (which
+    RediSearch can only make over keys of its name's slot) covers it. One server never
+    needs this: there every namespace's keys carry its own tag (`Indexes.locate`).
+
+    The name is the string itself, so every key function takes either; keep it out of
+    messages (msgspec encodes only exact strings)."""
+
+    __slots__ = ("sequence",)
+    sequence: int
+
+    def __new__(cls, name: str, sequence: int) -> Pooled:
+        self = super().__new__(cls, name)
+        self.sequence = sequence
+        return self
+
+
+def pool_tag(sequence: int) -> str:
+    """The hash tag of a pool's keys on a Redis Cluster, by a pooled namespace's sequence:
+    one per pool group (`pool_of`). The dot keeps it apart from every namespace's name."""
+    return f"pool.{sequence // POOL_NAMESPACES}"
+
+
 def index_name(ns: str) -> str:
     """The namespace's own RediSearch index. RediSearch declares an index's name as the key
     of its FT.* commands, so a cluster sends them to the node of the name's slot: with the
     namespace's hash tag, the node that holds its memories."""
-    return f"{ROOT}:{{{ns}}}"
+    return ns_prefix(ns)[:-1]
 
 
 # Counts up once per pooled namespace: its pool number's sequence part (see `pool_number`).
@@ -29,6 +55,22 @@ _DIMENSIONS = 65536
 # across the whole pool (see `Namespace.mine_for_text`), so a pool stays small: 64
 # namespaces, each promoted to an index of its own once it holds `pool_max` (100) memories.
 POOL_NAMESPACES = 64
+
+
+# On a cluster, new pooled namespaces go round this many pools at a time (`spread`), so they
+# spread over the slots about as namespaces with tags of their own would (1,000 of them land
+# 92 to 116 on each of 10 primaries; with 16 pools, 0 to 250), and the first ones (a
+# deployment's few large tenants, maybe) each take a slot: a namespace keeps its pool's
+# slot when it outgrows the pool. A pool index holding few costs about 100 KB.
+OPEN_POOLS = 256
+
+
+def spread(count: int) -> int:
+    """The pool sequence of a cluster's `count`-th pooled namespace (from 1): consecutive
+    ones in `OPEN_POOLS` different groups, each group filled to `POOL_NAMESPACES`."""
+    block, place = divmod(count - 1, POOL_NAMESPACES * OPEN_POOLS)
+    group = block * OPEN_POOLS + place % OPEN_POOLS
+    return group * POOL_NAMESPACES + place // OPEN_POOLS
 
 
 def pool_number(sequence: int, dimension: int) -> int:
@@ -43,12 +85,22 @@ def pool_of(number: int) -> tuple[int, int]:
     return number % _DIMENSIONS, number // _DIMENSIONS // POOL_NAMESPACES
 
 
-def pool_index_name(number: int) -> str:
+def pool_index_name(number: int, clustered: bool = False) -> str:
     """The index the pooled namespace with this pool number shares with up to
-    POOL_NAMESPACES - 1 others of the same vector dimension (one server only: see
-    `cluster`)."""
+    POOL_NAMESPACES - 1 others of the same vector dimension. On a cluster, in its pool's
+    slot: named with the pool's tag (`pool.` keeps it apart from a namespace's index)."""
     dimension, group = pool_of(number)
+    if clustered:
+        return f"{pool_prefix(number, clustered)}pool.{dimension}"
     return f"{ROOT}:pool:{dimension}:{group}"
+
+
+def pool_prefix(number: int, clustered: bool = False) -> str:
+    """The key prefix a pool index covers (its FILTER picks its pooled memories there):
+    every key on one server; the pool's slot on a cluster."""
+    if clustered:
+        return f"{ROOT}:{{{pool_tag(number // _DIMENSIONS)}}}:"
+    return f"{ROOT}:"
 
 
 def pool_filter(number: int, field: str) -> str:
@@ -65,8 +117,17 @@ def pool_filter(number: int, field: str) -> str:
 
 
 def ns_prefix(ns: str) -> str:
-    """What every key of the namespace starts with: its hash tag."""
+    """What every key of the namespace starts with: its hash tag (its pool's for a
+    `Pooled` one, then its name)."""
+    if isinstance(ns, Pooled):
+        return f"{ROOT}:{{{pool_tag(ns.sequence)}}}:{ns}:"
     return f"{ROOT}:{{{ns}}}:"
+
+
+def home_key(ns: str) -> str:
+    """On a Redis Cluster, where the namespace's keys live, set by its first user: `own`
+    (`OWN_INDEX`: under its own tag) or its pool sequence (`Pooled`). In its own slot."""
+    return f"{ROOT}:{{{ns}}}:home"
 
 
 def tier_key(ns: str) -> str:

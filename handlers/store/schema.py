@@ -9,9 +9,9 @@ import msgspec
 import numpy as np
 
 from handlers.store.keys import (
-    ROOT,
     index_name,
     pool_index_name,
+    pool_prefix,
     record_prefix,
 )
 from handlers.store.record import PEOPLE_SEPARATOR, PERMANENT_MS, Record, expiry, new_fields
@@ -91,7 +91,7 @@ def schema_dict(ns: str, dimension: int) -> dict[str, Any]:
     }
 
 
-def pool_schema_dict(number: int, dimension: int) -> dict[str, Any]:
+def pool_schema_dict(number: int, dimension: int, clustered: bool = False) -> dict[str, Any]:
     """The index that the pooled namespace with pool `number` shares with others of its
     vector `dimension` (`keys.pool_index_name`): every field of a
     namespace's own index, plus `pool` (`keys.pool_number`), which each query filters on:
@@ -103,8 +103,8 @@ def pool_schema_dict(number: int, dimension: int) -> dict[str, Any]:
     before storing anything. Pooled namespaces are small, so their vector queries scan the
     namespace's own memories (ADHOC_BF): a FLAT field is exact and cheaper to write."""
     schema = schema_dict("", dimension)
-    schema["index"]["name"] = pool_index_name(number)
-    schema["index"]["prefix"] = f"{ROOT}:"
+    schema["index"]["name"] = pool_index_name(number, clustered)
+    schema["index"]["prefix"] = pool_prefix(number, clustered)
     for field in schema["fields"]:
         if field["name"] == VECTOR_FIELD:
             field["attrs"] = {**field["attrs"], "algorithm": "flat"}

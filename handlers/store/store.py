@@ -360,6 +360,11 @@ class Store:
             raise RuntimeError(f"namespace {ns!r} is not set up in Redis")
         return out
 
+    async def locate(self, ns: str) -> str:
+        """The namespace as its keys are named (`Indexes.locate`; on one server, its name):
+        what every method here takes as `ns`."""
+        return await self.indexes.locate(ns)
+
     async def meta(self, ns: str) -> NamespaceMeta:
         """What the namespace's vectors are (its index is created on first use)."""
         return (await self.indexes.get(ns)).meta

@@ -23,6 +23,7 @@ import msgspec
 import redis.asyncio as aioredis
 
 from handlers.store import keys
+from handlers.store.cluster import scan_iter
 from handlers.store.filters import ReadScope
 from handlers.store.indexes import batches
 from handlers.store.record import TypeGroup, workspace_tag
@@ -213,7 +214,7 @@ class Tallies:
         prefix = keys.tally_prefix(ns)
         found = 0
         async with self._guard():
-            records = self.client.scan_iter(match=f"{keys.record_prefix(ns)}*", count=1000)
+            records = scan_iter(self.client, ns, f"{keys.record_prefix(ns)}*")
             async for batch in batches(records, size):
                 found += await self._count(ns, prefix, batch, now_ms)
             # And uncount what is counted but gone (deleted by a writer that did not count).

@@ -22,6 +22,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from handlers.store import keys
+from handlers.store.cluster import scan_iter
 from handlers.store.indexes import batches
 from handlers.store.resp import text
 from handlers.store.scripts import ENDED_LUA, VALIDITY_BACKFILL_LUA
@@ -69,7 +70,7 @@ class Validity:
         prefix = keys.tally_prefix(ns)
         given = 0
         async with self._guard():
-            records = self.client.scan_iter(match=f"{keys.record_prefix(ns)}*", count=1000)
+            records = scan_iter(self.client, ns, f"{keys.record_prefix(ns)}*")
             async for batch in batches(records, size):
                 given += await self._fill(ns, prefix, batch, now_ms)
             await self.client.set(prefix + keys.VALIDITY_COMPLETE, 1)

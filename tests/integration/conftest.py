@@ -156,10 +156,15 @@ def transport() -> str:
 
 
 @contextlib.asynccontextmanager
-async def _handler_here(nats_url: str, redis_url: str, client: Any) -> AsyncIterator[InProcess]:
+async def handler_here(
+    nats_url: str, redis_url: str, client: Any, env: dict[str, str] | None = None
+) -> AsyncIterator[InProcess]:
     """The operations of a handler (hash embedder, as the handler processes) in this
-    process, on `client`; their events go out on `nats_url`, where the tests listen."""
-    settings = load_settings({"MEMBUS_EMBEDDER": "hash", "MEMBUS_REDIS_URL": redis_url})
+    process, on `client`; their events go out on `nats_url`, where the tests listen. `env`:
+    more of its settings."""
+    settings = load_settings(
+        {"MEMBUS_EMBEDDER": "hash", "MEMBUS_REDIS_URL": redis_url, **(env or {})}
+    )
     events = await nats.connect(nats_url)
     embedder = make_embedder(settings, client)
     deps = make_deps(settings, client, embedder, events.publish, events.max_payload)
@@ -175,7 +180,7 @@ async def _handler_here(nats_url: str, redis_url: str, client: Any) -> AsyncIter
 @pytest.fixture(scope="session")
 async def in_process(servers: Servers) -> AsyncIterator[InProcess]:
     """A handler in this process on the session's Redis."""
-    async with _handler_here(
+    async with handler_here(
         servers.nats_url, servers.redis_url, redis_client(servers.redis_url)
     ) as here:
         yield here
@@ -202,7 +207,7 @@ async def on_cluster(servers: Servers, redis_cluster: EmbeddedStack) -> AsyncIte
     url = redis_cluster.redis_url
     client, known = await open_redis(url)
     assert known and is_cluster(client)
-    async with _handler_here(servers.nats_url, url, client) as here:
+    async with handler_here(servers.nats_url, url, client) as here:
         yield here
 
 
@@ -226,6 +231,15 @@ async def bus(bus_client: InProcess | None, servers: Servers, ns: str) -> AsyncI
         b = await MemoryBus.connect(namespace=ns, nc=bus_client)  # type: ignore[arg-type]
     yield b
     await b.close()
+
+
+@pytest.fixture
+async def key_ns(ns: str, bus_client: InProcess | None) -> str:
+    """The test's namespace as its Redis keys name it (`Store.locate`): on the cluster, a
+    pooled one carries its pool's hash tag. For tests that read keys directly."""
+    if bus_client is None:
+        return ns
+    return await bus_client.deps.store.locate(ns)
 
 
 @pytest.fixture

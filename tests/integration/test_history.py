@@ -133,18 +133,18 @@ async def test_history_of_an_unknown_id_is_not_found(planner: AgentMemory) -> No
 
 
 async def test_history_expires_with_its_memory_and_outlives_a_delete(
-    planner: AgentMemory, rds: aioredis.Redis, ns: str
+    planner: AgentMemory, rds: aioredis.Redis, key_ns: str
 ) -> None:
     brief = await planner.add("context", "expires soon", ttl_s=600)
     kept = await planner.add("knowledge", "permanent")
 
-    assert await rds.pexpiretime(keys.history_key(ns, brief.id)) == await rds.pexpiretime(
-        keys.record_key(ns, brief.id)
+    assert await rds.pexpiretime(keys.history_key(key_ns, brief.id)) == await rds.pexpiretime(
+        keys.record_key(key_ns, brief.id)
     )
-    assert await rds.pexpiretime(keys.history_key(ns, kept.id)) == -1
+    assert await rds.pexpiretime(keys.history_key(key_ns, kept.id)) == -1
 
     await planner.delete([kept.id])
 
-    ttl_s = await rds.ttl(keys.history_key(ns, kept.id))
+    ttl_s = await rds.ttl(keys.history_key(key_ns, kept.id))
     assert 30 * 86400 - 60 < ttl_s <= 30 * 86400
     assert [e.event for e in (await planner.history(kept.id)).entries] == ["added", "deleted"]

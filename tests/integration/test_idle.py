@@ -23,14 +23,14 @@ def _ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-async def _expiry(rds: aioredis.Redis, bus: MemoryBus, mid: str) -> int:
-    return int(await rds.pexpiretime(keys.record_key(bus.namespace, mid)))
+async def _expiry(rds: aioredis.Redis, ns: str, mid: str) -> int:
+    return int(await rds.pexpiretime(keys.record_key(ns, mid)))
 
 
-async def _pushed(rds: aioredis.Redis, bus: MemoryBus, mid: str, past: int) -> int:
+async def _pushed(rds: aioredis.Redis, ns: str, mid: str, past: int) -> int:
     """The memory's expiry, once a background push has moved it past `past`."""
     for _ in range(100):
-        t = await _expiry(rds, bus, mid)
+        t = await _expiry(rds, ns, mid)
         if t > past:
             return t
         await asyncio.sleep(0.02)
@@ -38,13 +38,13 @@ async def _pushed(rds: aioredis.Redis, bus: MemoryBus, mid: str, past: int) -> i
 
 
 async def test_every_kind_of_read_pushes_the_expiry(
-    wf123: AgentMemory, bus: MemoryBus, rds: aioredis.Redis
+    wf123: AgentMemory, key_ns: str, rds: aioredis.Redis
 ) -> None:
     before = _ms()
     added = await wf123.add("fact", "the staging password rotates monthly", idle_ttl_s=60)
-    first = await _expiry(rds, bus, added.id)
+    first = await _expiry(rds, key_ns, added.id)
     assert before + 60_000 <= first <= _ms() + 60_000
-    ns = bus.namespace
+    ns = key_ns
     # Every key of the memory, and the tallies' expiry set, follow the record.
     assert await rds.pexpiretime(keys.history_key(ns, added.id)) == first
     assert int(await rds.zscore(keys.tally_prefix(ns) + "x", added.id)) == first
@@ -54,14 +54,14 @@ async def test_every_kind_of_read_pushes_the_expiry(
     await asyncio.sleep(0.3)
     at = _ms()
     await wf123.search("staging password")
-    t1 = await _pushed(rds, bus, added.id, first)
+    t1 = await _pushed(rds, key_ns, added.id, first)
     assert at + 60_000 <= t1 <= _ms() + 60_000
     assert int(await rds.zscore(keys.tally_prefix(ns) + "x", added.id)) == t1
     assert await rds.pexpiretime(keys.access_key(ns, added.id)) == t1
 
     await asyncio.sleep(0.3)
     counted = (await wf123.get([added.id])).memories[0]
-    t2 = await _expiry(rds, bus, added.id)
+    t2 = await _expiry(rds, key_ns, added.id)
     assert t2 > t1
     # What a read reports is that expiry, from its last access.
     assert counted.expires_at is not None
@@ -69,22 +69,22 @@ async def test_every_kind_of_read_pushes_the_expiry(
 
     await asyncio.sleep(0.3)
     await wf123.list()  # a list pushes the expiry without counting an access
-    await _pushed(rds, bus, added.id, t2)
+    await _pushed(rds, key_ns, added.id, t2)
     again = (await wf123.get([added.id])).memories[0]
     assert again.access_count == counted.access_count + 1
 
 
 async def test_the_ttl_is_never_extended(
-    wf123: AgentMemory, bus: MemoryBus, rds: aioredis.Redis
+    wf123: AgentMemory, key_ns: str, rds: aioredis.Redis
 ) -> None:
     added = await wf123.add("context", "a short-lived note", idle_ttl_s=60, ttl_s=61)
-    cap = await _expiry(rds, bus, added.id) - 60_000 + 61_000
+    cap = await _expiry(rds, key_ns, added.id) - 60_000 + 61_000
     await asyncio.sleep(1.2)
     await wf123.get([added.id])
-    assert await _expiry(rds, bus, added.id) == cap
+    assert await _expiry(rds, key_ns, added.id) == cap
     # An update is an access too, and a new TTL moves the cap.
     await wf123.update(added.id, ttl_s=120)
-    t = await _expiry(rds, bus, added.id)
+    t = await _expiry(rds, key_ns, added.id)
     assert _ms() + 59_000 <= t <= _ms() + 60_000
 
 
@@ -95,21 +95,21 @@ async def test_idle_ttl_is_checked(wf123: AgentMemory) -> None:
 
 @pytest.mark.transports("in_process")
 async def test_the_indexed_expiry_moves_only_when_reads_would_pass_it(
-    wf123: AgentMemory, bus: MemoryBus, rds: aioredis.Redis
+    wf123: AgentMemory, key_ns: str, rds: aioredis.Redis
 ) -> None:
     # The index holds a bound a tenth of the idle time ahead: reads within it re-index
     # nothing; a read that would pass it moves it once.
     added = await wf123.add("fact", "the bound moves rarely", idle_ttl_s=60)
-    rec = keys.record_key(bus.namespace, added.id)
+    rec = keys.record_key(key_ns, added.id)
     bound = int(await rds.hget(rec, "expires_at"))
-    assert bound == await _expiry(rds, bus, added.id) + 6_000
+    assert bound == await _expiry(rds, key_ns, added.id) + 6_000
     await asyncio.sleep(0.3)
     await wf123.get([added.id])
     assert int(await rds.hget(rec, "expires_at")) == bound
     await asyncio.sleep(6.2)
     await wf123.get([added.id])
     moved = int(await rds.hget(rec, "expires_at"))
-    assert moved == await _expiry(rds, bus, added.id) + 6_000 > bound
+    assert moved == await _expiry(rds, key_ns, added.id) + 6_000 > bound
     # Found by a filtered read all along.
     assert [m.id for m in (await wf123.list()).memories] == [added.id]
 

@@ -266,14 +266,15 @@ async def test_punctuation_in_tags_and_workflow_ids_is_matched_exactly(bus: Memo
 
 
 async def test_a_dropped_index_is_created_again_on_the_next_query(
-    wf123: AgentMemory, rds, ns: str
+    wf123: AgentMemory, rds, key_ns: str, transport: str
 ) -> None:
     added = await wf123.add("knowledge", "survives an index drop")
     await wf123.describe()  # every handler has the index cached by now or soon
 
     # The index that holds the namespace: its pool's, or its own once promoted.
-    tier = (await rds.get(tier_key(ns))).decode()
-    index = index_name(ns) if tier == OWN_INDEX else pool_index_name(int(tier))
+    tier = (await rds.get(tier_key(key_ns))).decode()
+    clustered = transport == "cluster"
+    index = index_name(key_ns) if tier == OWN_INDEX else pool_index_name(int(tier), clustered)
     await rds.execute_command("FT.DROPINDEX", index)  # keeps the hashes
 
     hits = await wf123.search("index drop", mode="vector")

@@ -162,12 +162,12 @@ async def test_sessions_are_separate(bus: MemoryBus, agent: AgentMemory) -> None
 
 
 async def test_the_session_state_lives_in_redis_with_a_sliding_ttl(
-    agent: AgentMemory, rds: aioredis.Redis, ns: str
+    agent: AgentMemory, rds: aioredis.Redis, key_ns: str
 ) -> None:
     [only] = await _facts(agent, 1)
     await agent.recall("kayak")
 
-    key = keys.session_key(ns, "sess-1")
+    key = keys.session_key(key_ns, "sess-1")
     state = await rds.hgetall(key)
     assert set(state) == {b"turn", only.encode()}
     assert state[b"turn"] == b"1"
@@ -177,12 +177,12 @@ async def test_the_session_state_lives_in_redis_with_a_sliding_ttl(
 
 
 async def test_a_session_written_with_vectors_by_an_older_version_goes_on(
-    agent: AgentMemory, rds: aioredis.Redis, ns: str
+    agent: AgentMemory, rds: aioredis.Redis, key_ns: str
 ) -> None:
     a = await agent.add("knowledge", "the kayak trip starts at dawn", dedup="none")
     b = await agent.add("knowledge", "the kayak trip starts at dawn!", dedup="none")
     # An older version kept `turn|<384 int8>` per memory given.
-    key = keys.session_key(ns, "sess-1")
+    key = keys.session_key(key_ns, "sess-1")
     await rds.hset(key, mapping={"turn": 1, a.id: b"1|" + bytes(384)})
 
     reply = await agent.recall("kayak trip dawn", recent_s=0)

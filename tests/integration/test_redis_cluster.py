@@ -15,12 +15,14 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 import redis
+from conftest import handler_here
 from redis.crc import key_slot
 from test_durable import settled
 
 from bus import MemoryBus
 from bus.errors import Unavailable
 from deploy.embedded import EmbeddedStack, wait_for_handlers
+from handlers.service import open_redis
 from handlers.store import keys
 
 # The cluster's servers and handler processes are the module's own.
@@ -49,8 +51,21 @@ def _nodes(stack: EmbeddedStack) -> list[redis.Redis]:
     return [redis.Redis(port=port) for port in stack.redis_cluster_ports]
 
 
+def _located(stack: EmbeddedStack, ns: str) -> str:
+    """The namespace as its keys are named (`Indexes.locate`): a pooled one with its pool's
+    hash tag, from its home key."""
+    client = redis.RedisCluster(host="127.0.0.1", port=stack.redis_cluster_ports[0])
+    try:
+        home = client.get(keys.home_key(ns))
+    finally:
+        client.close()
+    assert home is not None, f"{ns} has no home"
+    return ns if home == keys.OWN_INDEX.encode() else keys.Pooled(ns, int(home))
+
+
 def _primary_of(stack: EmbeddedStack, ns: str) -> int:
-    """The index (in `redis_cluster_ports`) of the primary that owns the namespace's slot."""
+    """The index (in `redis_cluster_ports`) of the primary that owns the slot of the
+    namespace's keys (`ns` as `_located` names it)."""
     slot = key_slot(keys.ns_prefix(ns).encode())
     client = redis.Redis(port=stack.redis_cluster_ports[0])
     try:
@@ -63,7 +78,7 @@ def _primary_of(stack: EmbeddedStack, ns: str) -> int:
 
 
 def _keys_by_node(stack: EmbeddedStack, ns: str) -> list[int]:
-    """How many of the namespace's keys each primary holds."""
+    """How many of the namespace's keys (`ns` as `_located` names it) each primary holds."""
     counts = []
     for client in _nodes(stack)[: stack.redis_primaries]:
         counts.append(sum(1 for _ in client.scan_iter(match=keys.ns_prefix(ns) + "*")))
@@ -71,10 +86,15 @@ def _keys_by_node(stack: EmbeddedStack, ns: str) -> list[int]:
     return counts
 
 
+def _on_node(stack: EmbeddedStack, ns: str) -> redis.Redis:
+    """A client of the primary that holds the namespace's keys."""
+    return redis.Redis(port=stack.redis_cluster_ports[_primary_of(stack, ns)])
+
+
 async def test_namespaces_spread_over_the_primaries_each_on_one_node(
     on_cluster: EmbeddedStack,
 ) -> None:
-    spaces = [f"spread-{i}" for i in range(12)]
+    spaces = [f"spread-{i}" for i in range(20)]
     for ns in spaces:
         async with await MemoryBus.connect(on_cluster.nats_url, namespace=ns) as bus:
             mem = bus.agent(workflow_id="wf_c")
@@ -83,44 +103,131 @@ async def test_namespaces_spread_over_the_primaries_each_on_one_node(
             for mode in ("text", "vector", "hybrid"):
                 found = await mem.search("deploy window friday", mode=mode, limit=5)
                 assert found.results and found.results[0].id == first.id, (ns, mode)
+                # A pool's other namespaces hold the same words: none of theirs shows.
+                assert len(found.results) <= 2, (ns, mode)
             described = await mem.describe()
             assert described.total == 2
-    homes = set()
-    for ns in spaces:
+            assert len((await mem.list(limit=10)).memories) == 2
+    located = [_located(on_cluster, ns) for ns in spaces]
+    # Born pooled: each namespace's keys carry its pool's tag, so a pool is in one slot.
+    assert all(isinstance(ns, keys.Pooled) for ns in located)
+    # Consecutive new namespaces go round the open pools: a slot each.
+    pools = {keys.pool_tag(ns.sequence) for ns in located if isinstance(ns, keys.Pooled)}
+    assert len(pools) == len(spaces)
+    primaries = set()
+    for ns in located:
         counts = _keys_by_node(on_cluster, ns)
-        # Every key of the namespace on one node: the one that owns its slot.
+        # Every key of the namespace on one node: the one that owns its pool's slot.
         assert [c > 0 for c in counts].count(True) == 1, (ns, counts)
         assert counts.index(max(counts)) == _primary_of(on_cluster, ns)
-        homes.add(_primary_of(on_cluster, ns))
-    assert len(homes) == 3  # 12 namespaces over 3 primaries: all of them used
+        primaries.add(_primary_of(on_cluster, ns))
+        node = _on_node(on_cluster, ns)
+        try:
+            tier = node.get(keys.tier_key(ns))
+            assert tier is not None and tier != keys.OWN_INDEX.encode()
+            assert keys.pool_index_name(int(tier), True).encode() in node.execute_command(
+                "FT._LIST"
+            )
+        finally:
+            node.close()
+    assert len(primaries) == 3  # 20 pools over 3 primaries: all of them used
 
 
-async def test_each_namespace_has_its_own_index_on_its_node(
+async def test_namespaces_sharing_a_pool_see_only_their_own(on_cluster: EmbeddedStack) -> None:
+    async def fill(ns: str) -> list[str]:
+        async with await MemoryBus.connect(on_cluster.nats_url, namespace=ns) as bus:
+            mem = bus.agent(workflow_id="wf_p")
+            return [
+                (await mem.add("knowledge", f"{ns} keeps the release checklist {i}")).id
+                for i in range(3)
+            ]
+
+    mine = await fill("pool-a")
+    # As if OPEN_POOLS - 1 other namespaces were made in between: the next one shares.
+    plain = redis.RedisCluster(host="127.0.0.1", port=on_cluster.redis_cluster_ports[0])
+    try:
+        plain.incrby(keys.POOL_SEQUENCE, keys.OPEN_POOLS - 1)
+    finally:
+        plain.close()
+    theirs = await fill("pool-b")
+    a, b = _located(on_cluster, "pool-a"), _located(on_cluster, "pool-b")
+    assert isinstance(a, keys.Pooled) and isinstance(b, keys.Pooled)
+    assert keys.pool_tag(a.sequence) == keys.pool_tag(b.sequence)
+    for ns, own in (("pool-a", mine), ("pool-b", theirs)):
+        async with await MemoryBus.connect(on_cluster.nats_url, namespace=ns) as bus:
+            mem = bus.agent(workflow_id="wf_p")
+            for mode in ("text", "vector", "hybrid"):
+                found = await mem.search("release checklist", mode=mode, limit=10)
+                assert sorted(r.id for r in found.results) == sorted(own), (ns, mode)
+            assert sorted(m.id for m in (await mem.list(limit=10)).memories) == sorted(own)
+            assert (await mem.describe()).total == 3
+
+
+async def test_a_namespace_outgrows_its_pool_into_an_index_in_its_slot(
     on_cluster: EmbeddedStack,
 ) -> None:
-    # No pools on a cluster (RediSearch reads fields only of keys in its name's slot):
-    # the first memory makes the namespace's own index, on the node of its slot.
     ns = "grown"
     async with await MemoryBus.connect(on_cluster.nats_url, namespace=ns) as bus:
         mem = bus.agent(workflow_id="wf_g")
-        first = await mem.add("knowledge", "fact number 0 about rollouts")
-        node = on_cluster.redis_cluster_ports[_primary_of(on_cluster, ns)]
-        client = redis.Redis(port=node)
-        try:
-            assert client.get(keys.tier_key(ns)) == keys.OWN_INDEX.encode()
-            assert keys.index_name(ns).encode() in client.execute_command("FT._LIST")
-        finally:
-            client.close()
-        ids = [first.id]
+        ids = [(await mem.add("knowledge", "fact number 0 about rollouts")).id]
+        located = _located(on_cluster, ns)
+        assert isinstance(located, keys.Pooled)
         ids += [
             (await mem.add("knowledge", f"fact number {i} about rollouts")).id
             for i in range(1, 150)
         ]
+        node = _on_node(on_cluster, located)
+        try:
+            # Promoted past 100 memories (in the background): its own index, same slot.
+            for _ in range(300):
+                if node.get(keys.tier_key(located)) == keys.OWN_INDEX.encode():
+                    break
+                await asyncio.sleep(0.1)
+            assert node.get(keys.tier_key(located)) == keys.OWN_INDEX.encode()
+            assert keys.index_name(located).encode() in node.execute_command("FT._LIST")
+        finally:
+            node.close()
         found = await mem.search("fact number 7", mode="text", limit=3)
         assert ids[7] in [r.id for r in found.results]
         assert (await mem.describe()).total == 150
         listed = await mem.list(limit=200)
         assert sorted(m.id for m in listed.memories) == sorted(ids)
+    counts = _keys_by_node(on_cluster, located)
+    assert [c > 0 for c in counts].count(True) == 1, counts
+
+
+async def test_a_namespace_from_before_homes_keeps_its_keys(on_cluster: EmbeddedStack) -> None:
+    """A namespace written as on a cluster before pools (under its own tag, with no home
+    key) stays there: a handler that pools new namespaces reads and writes it as it is."""
+    ns, url = "legacy", on_cluster.redis_url
+    client, _ = await open_redis(url)
+    async with (
+        handler_here(on_cluster.nats_url, url, client, {"MEMBUS_POOL_MAX": "0"}) as old,
+        await MemoryBus.connect(namespace=ns, nc=old) as bus,  # type: ignore[arg-type]
+    ):
+        mem = bus.agent(workflow_id="wf_l")
+        ids = [(await mem.add("knowledge", f"legacy fact {i} on runbooks")).id for i in range(5)]
+    plain = redis.RedisCluster(host="127.0.0.1", port=on_cluster.redis_cluster_ports[0])
+    try:
+        assert plain.get(keys.home_key(ns)) == keys.OWN_INDEX.encode()
+        plain.delete(keys.home_key(ns))  # as written before homes were kept
+    finally:
+        plain.close()
+    client, _ = await open_redis(url)
+    async with (
+        handler_here(on_cluster.nats_url, url, client) as new,
+        await MemoryBus.connect(namespace=ns, nc=new) as bus,  # type: ignore[arg-type]
+    ):
+        mem = bus.agent(workflow_id="wf_l")
+        got = await mem.get(ids)
+        assert not got.missing and len(got.memories) == 5
+        ids.append((await mem.add("knowledge", "legacy fact 5 on runbooks")).id)
+        found = await mem.search("legacy fact 3", mode="text", limit=3)
+        assert ids[3] in [r.id for r in found.results]
+        assert (await mem.describe()).total == 6
+    assert _located(on_cluster, ns) == ns and not isinstance(_located(on_cluster, ns), keys.Pooled)
+    counts = _keys_by_node(on_cluster, ns)
+    assert [c > 0 for c in counts].count(True) == 1 and sum(counts) > 10, counts
 
 
 def _move_slot(stack: EmbeddedStack, slot: int, source: int, target: int) -> int:
@@ -152,9 +259,11 @@ async def test_a_slot_moved_while_its_namespace_is_written_loses_nothing(
     async with await MemoryBus.connect(on_cluster.nats_url, namespace=ns) as bus:
         mem = bus.agent(workflow_id="wf_m")
         written = [(await mem.add("context", f"before the move {i}")).id for i in range(30)]
-        source = _primary_of(on_cluster, ns)
+        # Its keys' slot: its pool's, shared with the pool's other namespaces.
+        located = _located(on_cluster, ns)
+        source = _primary_of(on_cluster, located)
         target = (source + 1) % on_cluster.redis_primaries
-        slot = key_slot(keys.ns_prefix(ns).encode())
+        slot = key_slot(keys.ns_prefix(located).encode())
 
         async def write(n: int) -> None:
             for i in range(n):
@@ -173,8 +282,8 @@ async def test_a_slot_moved_while_its_namespace_is_written_loses_nothing(
         moved = await asyncio.to_thread(_move_slot, on_cluster, slot, source, target)
         await writing
         assert moved > 0
-        assert _primary_of(on_cluster, ns) == target
-        counts = _keys_by_node(on_cluster, ns)
+        assert _primary_of(on_cluster, located) == target
+        counts = _keys_by_node(on_cluster, located)
         assert counts[source] == 0 and counts[target] > 0
 
         got = await mem.get(written)
@@ -190,11 +299,12 @@ async def test_a_primary_killed_under_durable_writes_loses_no_acknowledged_write
     on_cluster: EmbeddedStack,
 ) -> None:
     ns = "failover"
-    primary = _primary_of(on_cluster, ns)
-    name = on_cluster.redis_node_name(primary)
     sent: list[str] = []
     async with await MemoryBus.connect(on_cluster.nats_url, namespace=ns) as bus:
         mem = bus.agent(workflow_id="wf_f")
+        await mem.describe()  # the namespace's first use decides where its keys live
+        primary = _primary_of(on_cluster, _located(on_cluster, ns))
+        name = on_cluster.redis_node_name(primary)
         for i in range(120):
             content = f"durable write {i}"
             await mem.durable.add("context", content, dedup="none")

@@ -53,24 +53,32 @@ async def test_update_content_re_embeds_and_keeps_created_at_and_ttl(
 
 
 async def test_update_ttl_reapplies_expiry_to_every_key(
-    wf123: AgentMemory, rds: aioredis.Redis, ns: str
+    wf123: AgentMemory, rds: aioredis.Redis, key_ns: str
 ) -> None:
     added = await wf123.add("knowledge", "renewable fact")
     await wf123.get([added.id])  # creates the access key
-    dedup_keys = [k async for k in rds.scan_iter(keys.dedup_prefix(ns) + "*")]
+    dedup_keys = [k async for k in rds.scan_iter(keys.dedup_prefix(key_ns) + "*")]
     assert len(dedup_keys) == 1
 
     reply = await wf123.update(added.id, ttl_s=120)
 
     assert reply.expires_at is not None
     expected = int(reply.expires_at.timestamp() * 1000)
-    for key in (keys.record_key(ns, added.id), keys.access_key(ns, added.id), dedup_keys[0]):
+    for key in (
+        keys.record_key(key_ns, added.id),
+        keys.access_key(key_ns, added.id),
+        dedup_keys[0],
+    ):
         assert await rds.pexpiretime(key) == expected
 
     permanent = await wf123.update(added.id, ttl_s=0)
 
     assert permanent.expires_at is None
-    for key in (keys.record_key(ns, added.id), keys.access_key(ns, added.id), dedup_keys[0]):
+    for key in (
+        keys.record_key(key_ns, added.id),
+        keys.access_key(key_ns, added.id),
+        dedup_keys[0],
+    ):
         assert await rds.pexpiretime(key) == -1
     assert (await wf123.get([added.id])).memories[0].expires_at is None
 
@@ -518,11 +526,11 @@ async def test_a_superseded_memory_stays_out_of_a_bounded_hybrid_search(
 
 
 async def test_word_counts_are_kept_by_writes_and_start_afresh_daily(
-    wf123: AgentMemory, rds: aioredis.Redis
+    wf123: AgentMemory, rds: aioredis.Redis, key_ns: str
 ) -> None:
     await wf123.add("knowledge", "The Zanzibar ledger was reconciled on Friday")
     await wf123.add("knowledge", "The ledger of Pemba too", tags=["zanzibar"])
-    key = keys.words_key(wf123.bus.namespace)
+    key = keys.words_key(key_ns)
     counts = {k.decode(): int(v) for k, v in (await rds.hgetall(key)).items()}
     assert counts["*"] == 2 and counts["ledger"] == 2 and counts["zanzibar"] == 2
     assert counts["pemba"] == 1 and "the" not in counts  # stopwords are not indexed

@@ -29,13 +29,13 @@ async def test_one_second_ttl_disappears_from_get_search_list_and_describe(
 
 
 async def test_redis_key_carries_the_expiry(
-    wf123: AgentMemory, rds: aioredis.Redis, ns: str
+    wf123: AgentMemory, rds: aioredis.Redis, key_ns: str
 ) -> None:
     added = await wf123.add("context", "expires in a minute", ttl_s=60)
     await wf123.get([added.id])  # creates the access key too
 
-    rec_ms = await rds.pexpiretime(keys.record_key(ns, added.id))
-    acc_ms = await rds.pexpiretime(keys.access_key(ns, added.id))
+    rec_ms = await rds.pexpiretime(keys.record_key(key_ns, added.id))
+    acc_ms = await rds.pexpiretime(keys.access_key(key_ns, added.id))
 
     assert added.expires_at is not None
     assert rec_ms == int(added.expires_at.timestamp() * 1000)
@@ -44,7 +44,7 @@ async def test_redis_key_carries_the_expiry(
 
 
 async def test_permanent_memory_has_no_redis_expiry(
-    wf123: AgentMemory, rds: aioredis.Redis, ns: str
+    wf123: AgentMemory, rds: aioredis.Redis, key_ns: str
 ) -> None:
     added = await wf123.add("context", "forever", ttl_s=0)
-    assert await rds.pexpiretime(keys.record_key(ns, added.id)) == -1
+    assert await rds.pexpiretime(keys.record_key(key_ns, added.id)) == -1

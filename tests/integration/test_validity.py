@@ -153,13 +153,13 @@ async def test_the_same_content_after_its_end_is_a_new_current_memory(
 
 
 async def test_memories_from_before_validity_get_their_windows_on_the_first_as_of_read(
-    wf123: AgentMemory, bus: MemoryBus, rds: aioredis.Redis
+    wf123: AgentMemory, key_ns: str, rds: aioredis.Redis
 ) -> None:
     plain = await wf123.add("fact", "the team has six people")
     old = await wf123.add("decision", "deploys run on Fridays")
     new = await wf123.add("decision", "deploys run on Tuesdays", supersedes=[old.id])
     # As a version before v3 wrote them: no window, and a supersede that closed nothing.
-    ns = bus.namespace
+    ns = key_ns
     for mid in (old.id, new.id, plain.id):
         await rds.hdel(keys.record_key(ns, mid), "vf", "vu", "valid_until")
     await rds.delete(keys.tally_prefix(ns) + keys.VALIDITY_COMPLETE)

@@ -45,9 +45,8 @@ def test_keys_of_no_namespace_and_new_keys_stay(old: str, kind: str) -> None:
     assert new_name(old, kind) is None
 
 
-def test_every_key_of_a_namespace_has_its_hash_tag() -> None:
-    ns = "team-1"
-    made = [
+def _every_key(ns: str) -> list[str]:
+    return [
         keys.record_key(ns, "x"),
         keys.access_key(ns, "x"),
         keys.dedup_key(ns, "h"),
@@ -64,5 +63,36 @@ def test_every_key_of_a_namespace_has_its_hash_tag() -> None:
         keys.tier_key(ns),
         keys.replicated_key(ns),
         keys.applied_key(ns, "r" * 200),
+        keys.index_name(ns),
+        keys.passing_index_name(ns),
     ]
-    assert all(k.startswith("membus:{team-1}:") for k in made)
+
+
+def test_every_key_of_a_namespace_has_its_hash_tag() -> None:
+    assert all(k.startswith("membus:{team-1}") for k in _every_key("team-1"))
+
+
+def test_a_pooled_namespace_on_a_cluster_has_its_pools_tag() -> None:
+    pooled = keys.Pooled("team-1", 130)
+    made = _every_key(pooled)
+    assert all(k.startswith("membus:{pool.2}:team-1:") for k in made[:-2])
+    assert made[-2:] == ["membus:{pool.2}:team-1", "membus:{pool.2}:team-1:passing"]
+    # Its pool index is in the same slot, and named apart from any namespace's index.
+    number = keys.pool_number(pooled.sequence, 384)
+    assert keys.pool_prefix(number, clustered=True) == "membus:{pool.2}:"
+    assert keys.pool_index_name(number, clustered=True) == "membus:{pool.2}:pool.384"
+    # Its home is found by its name alone, in its own slot.
+    assert keys.home_key(pooled) == keys.home_key("team-1") == "membus:{team-1}:home"
+    # One server keeps one prefix for every pool.
+    assert keys.pool_prefix(number) == "membus:"
+
+
+def test_a_clusters_pooled_namespaces_go_round_the_open_pools() -> None:
+    span = keys.POOL_NAMESPACES * keys.OPEN_POOLS
+    sequences = [keys.spread(count) for count in range(1, 3 * span + 1)]
+    # Each sequence once, none skipped: every pool fills to POOL_NAMESPACES.
+    assert sorted(sequences) == list(range(3 * span))
+    groups = [s // keys.POOL_NAMESPACES for s in sequences]
+    # Consecutive namespaces land in OPEN_POOLS different pools (so slots).
+    assert all(len(set(groups[i : i + keys.OPEN_POOLS])) == keys.OPEN_POOLS for i in range(0, 200))
+    assert groups[:2] == [0, 1] and groups[keys.OPEN_POOLS] == 0
