@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
-from typing import Any, Literal, NamedTuple, overload
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, Literal, NamedTuple, TypeVar, overload
 
 import msgspec
 import redis.exceptions
@@ -58,6 +58,7 @@ from handlers.store.schema import (
 )
 
 log = structlog.get_logger("membus.store")
+T = TypeVar("T")
 
 _meta_decoder = msgspec.json.Decoder(NamespaceMeta)
 
@@ -114,6 +115,7 @@ class Indexes:
         self._homes: dict[str, str] = {}
         self._open: dict[str, Namespace] = {}
         self._pending: dict[str, asyncio.Future[Namespace]] = {}
+        self._locating: dict[str, asyncio.Future[str]] = {}
         # Pool indexes by (dimension, group): `keys.pool_of`.
         self._pools: dict[tuple[int, int], AsyncSearchIndex] = {}
 
@@ -128,11 +130,16 @@ class Indexes:
             return ns
         home = self._homes.get(ns)
         if home is None:
-            async with self._guard():
-                home = self._homes[ns] = await self._home(ns)
+            # Concurrent first requests share one look-up (and take one pool sequence).
+            home = await _shared(self._locating, ns, self._home)
         return home
 
     async def _home(self, ns: str) -> str:
+        async with self._guard():
+            home = self._homes[ns] = await self._read_home(ns)
+        return home
+
+    async def _read_home(self, ns: str) -> str:
         where = await self.client.get(home_key(ns))
         if where is None:
             # A namespace made before homes were kept has its keys under its own tag.
@@ -150,11 +157,7 @@ class Indexes:
         if cached is not None:
             return cached
         # Concurrent first requests for a namespace share one set-up.
-        pending = self._pending.get(ns)
-        if pending is None:
-            pending = self._pending[ns] = asyncio.ensure_future(self._create(ns))
-            pending.add_done_callback(lambda _: self._pending.pop(ns, None))
-        return await asyncio.shield(pending)
+        return await _shared(self._pending, ns, self._create)
 
     def cached(self, ns: str) -> Namespace | None:
         """The namespace's index as last seen here, without asking Redis (None: not yet)."""
@@ -393,6 +396,17 @@ class Indexes:
             if asyncio.get_running_loop().time() >= deadline:
                 return False
             await asyncio.sleep(0.01)
+
+
+async def _shared(
+    pending: dict[str, asyncio.Future[T]], ns: str, make: Callable[[str], Awaitable[T]]
+) -> T:
+    """`make(ns)`, run once for every caller that asks while it runs (`pending` holds it)."""
+    running = pending.get(ns)
+    if running is None:
+        running = pending[ns] = asyncio.ensure_future(make(ns))
+        running.add_done_callback(lambda _: pending.pop(ns, None))
+    return await asyncio.shield(running)
 
 
 @contextlib.asynccontextmanager

@@ -319,3 +319,30 @@ async def test_a_primary_killed_under_durable_writes_loses_no_acknowledged_write
         assert (await mem.describe()).total == len(sent)
     with contextlib.suppress(Exception):
         on_cluster.start_redis_node(primary)  # back, as a replica of its old replica
+
+
+async def test_a_burst_of_first_writes_takes_one_home(on_cluster: EmbeddedStack) -> None:
+    """32 concurrent first adds to a new namespace in one handler: one home, one pool
+    sequence, every memory in it."""
+    url = on_cluster.redis_url
+    plain = redis.RedisCluster(host="127.0.0.1", port=on_cluster.redis_cluster_ports[0])
+    try:
+        before = int(plain.get(keys.POOL_SEQUENCE) or 0)
+        client, _ = await open_redis(url)
+        async with (
+            handler_here(on_cluster.nats_url, url, client) as here,
+            await MemoryBus.connect(namespace="burst", nc=here) as bus,  # type: ignore[arg-type]
+        ):
+            mem = bus.agent(workflow_id="wf_b")
+            added = await asyncio.gather(
+                *(mem.add("context", f"burst write number {i}") for i in range(32))
+            )
+            listed = await mem.list(limit=50)
+            assert sorted(m.id for m in listed.memories) == sorted(a.id for a in added)
+        assert int(plain.get(keys.POOL_SEQUENCE) or 0) == before + 1
+    finally:
+        plain.close()
+    located = _located(on_cluster, "burst")
+    assert isinstance(located, keys.Pooled)
+    counts = _keys_by_node(on_cluster, located)
+    assert [c > 0 for c in counts].count(True) == 1, counts
