@@ -26,6 +26,7 @@ from redisvl.index import AsyncSearchIndex
 from redisvl.query.filter import FilterExpression, Num
 from redisvl.schema import IndexSchema
 
+from handlers.errors import Unavailable
 from handlers.store.cluster import is_cluster, scan_iter
 from handlers.store.failures import is_missing_index
 from handlers.store.keys import (
@@ -151,6 +152,20 @@ class Indexes:
             where = await self.client.get(home_key(ns)) or where
         return ns if text(where) == OWN_INDEX else Pooled(ns, int(where))
 
+    async def _keep_home(self, ns: str) -> None:
+        """Set the namespace up where its home said it is (`ns`), unless Redis has lost the
+        home since (a flush, a node back empty) and another handler has put the namespace
+        elsewhere: then forget it here, and have the request retried, rather than write
+        where the others no longer read."""
+        where = str(ns.sequence) if isinstance(ns, Pooled) else OWN_INDEX
+        await self.client.set(home_key(ns), where, nx=True)
+        if text(await self.client.get(home_key(ns)) or b"") != where:
+            self._homes.pop(ns, None)
+            raise Unavailable(
+                "Redis lost this namespace's set-up while the request ran, and another"
+                " handler has set it up anew; retry."
+            )
+
     async def get(self, ns: str) -> Namespace:
         """The namespace's index and meta, created on first use."""
         cached = self._open.get(ns)
@@ -164,6 +179,7 @@ class Indexes:
         return self._open.get(ns)
 
     def forget(self, ns: str) -> None:
+        self._homes.pop(ns, None)
         space = self._open.pop(ns, None)
         if space is not None and space.pool is not None:
             # Its pool index may be what vanished: look again on next use.
@@ -176,6 +192,8 @@ class Indexes:
 
     async def _create(self, ns: str) -> Namespace:
         async with self._guard():
+            if self.clustered:
+                await self._keep_home(ns)
             # The first writer decides what the namespace's vectors are; later ones read it.
             created = await self.client.set(meta_key(ns), msgspec.json.encode(self.mine), nx=True)
             meta = _meta_decoder.decode(await self.client.get(meta_key(ns)) or b"")

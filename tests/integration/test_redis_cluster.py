@@ -19,7 +19,7 @@ from conftest import handler_here
 from redis.crc import key_slot
 from test_durable import settled
 
-from bus import MemoryBus
+from bus import AgentMemory, MemoryBus
 from bus.errors import Unavailable
 from deploy.embedded import EmbeddedStack, wait_for_handlers
 from handlers.service import open_redis
@@ -346,3 +346,50 @@ async def test_a_burst_of_first_writes_takes_one_home(on_cluster: EmbeddedStack)
     assert isinstance(located, keys.Pooled)
     counts = _keys_by_node(on_cluster, located)
     assert [c > 0 for c in counts].count(True) == 1, counts
+
+
+async def _add_retrying(mem: AgentMemory, content: str) -> str:
+    for _ in range(20):
+        try:
+            return (await mem.add("context", content)).id
+        except Unavailable:
+            await asyncio.sleep(0.05)
+    raise AssertionError(f"{content!r} was never added")
+
+
+async def test_a_handler_holding_a_lost_home_follows_the_new_one(
+    on_cluster: EmbeddedStack,
+) -> None:
+    """Redis loses a namespace's set-up (home, tier, meta: a flush, a node back empty)
+    while a handler holds its old home; another handler sets it up anew first. The first
+    handler's next write goes to the new home too (after one `unavailable`), not to the
+    old place that nobody else reads."""
+    ns, url = "rehomed", on_cluster.redis_url
+    first_client, _ = await open_redis(url)
+    second_client, _ = await open_redis(url)
+    async with (
+        handler_here(on_cluster.nats_url, url, first_client) as first,
+        handler_here(on_cluster.nats_url, url, second_client) as second,
+        await MemoryBus.connect(namespace=ns, nc=first) as one,  # type: ignore[arg-type]
+        await MemoryBus.connect(namespace=ns, nc=second) as two,  # type: ignore[arg-type]
+    ):
+        mine = one.agent(workflow_id="wf_r")
+        theirs = two.agent(workflow_id="wf_r")
+        await mine.add("context", "written before the loss")
+        old = _located(on_cluster, ns)
+        plain = redis.RedisCluster(host="127.0.0.1", port=on_cluster.redis_cluster_ports[0])
+        try:
+            # Lost, and other namespaces made since: the next home is another pool.
+            plain.delete(keys.home_key(ns), keys.tier_key(old), keys.meta_key(old))
+            plain.incr(keys.POOL_SEQUENCE)
+        finally:
+            plain.close()
+        ids = [await _add_retrying(theirs, "written by the second handler after the loss")]
+        new = _located(on_cluster, ns)
+        assert isinstance(old, keys.Pooled) and isinstance(new, keys.Pooled)
+        assert new.sequence != old.sequence
+        ids.append(await _add_retrying(mine, "written by the first handler after the loss"))
+        for mem in (mine, theirs):
+            listed = await mem.list(limit=10)
+            assert sorted(m.id for m in listed.memories) == sorted(ids)
+        assert _located(on_cluster, ns) == new and _located(on_cluster, ns).sequence == new.sequence
