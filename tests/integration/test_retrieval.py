@@ -10,6 +10,7 @@ from typing import Any
 import msgspec
 import pytest
 import redis.asyncio as aioredis
+from conftest import Servers, handler_here
 from inprocess import InProcess
 
 from bus import AgentMemory, InvalidRequest, MemoryBus, NotFound
@@ -523,6 +524,34 @@ async def test_a_superseded_memory_stays_out_of_a_bounded_hybrid_search(
     both = (await mem.search("zanzibar ledger", limit=10, include_superseded=True)).results
     assert {old.id, new.id} <= {h.id for h in both[:2]}
     await bus.close()
+
+
+async def test_an_update_in_a_small_namespace_leaves_its_word_scores_alone(
+    servers: Servers, ns: str
+) -> None:
+    # A namespace with an index of its own, 8 memories, a word in every one: an update
+    # leaves the word's index more entries than the index has memories until garbage
+    # collection, and RediSearch's BM25STD (before MOD-12223) then gave it an IDF of 42
+    # against 0.06, so "ledger" outranked "zanzibar" for good (`deploy.embedded`).
+    client = aioredis.Redis.from_url(servers.redis_url)
+    async with (
+        handler_here(servers.nats_url, servers.redis_url, client, {"MEMBUS_POOL_MAX": "0"}) as h,
+        await MemoryBus.connect(namespace=ns, nc=h) as bus,  # type: ignore[arg-type]
+    ):
+        mem = bus.agent(workflow_id="wf_small")
+        for i in range(6):
+            await mem.add("knowledge", f"ledger entry number {i}")
+        old = await mem.add("knowledge", "the zanzibar ledger was reconciled by Ana")
+        new = await mem.add(
+            "knowledge", "the zanzibar ledger is now reconciled by Ben", supersedes=[old.id]
+        )
+        for _ in range(150):
+            hits = (await mem.search("zanzibar ledger", limit=10, mode="text")).results
+            if hits[0].id == new.id:
+                break
+            await asyncio.sleep(0.1)
+        assert hits[0].id == new.id, [h.content for h in hits]
+        assert hits[0].score > hits[1].score
 
 
 async def test_word_counts_are_kept_by_writes_and_start_afresh_daily(
