@@ -134,6 +134,7 @@ def _scopes() -> list[ReadScope]:
 
 
 async def _assert_counts_equal_aggregation(store: Store, ns: str) -> None:
+    ns = await store.locate(ns)  # on the cluster, a pooled name carries its pool's tag
     now = int(time.time() * 1000)
     for scope in _scopes():
         kept = await store.overview(ns, scope, now)
@@ -145,6 +146,7 @@ async def _assert_pages_equal_index_pages(store: Store, ns: str) -> None:
     """`list`'s scope-only pages from the tallies are the index's pages: the same total and
     the same creation times, page by page (memories created in the same millisecond may
     come in either order)."""
+    ns = await store.locate(ns)
     for scope in _scopes():
         for current in (True, False):
             for offset, limit in ((0, 20), (7, 5)):

@@ -518,8 +518,15 @@ async def test_a_superseded_memory_stays_out_of_a_bounded_hybrid_search(
     )
 
     for mode in ("hybrid", "text", "vector"):
-        hits = (await mem.search("zanzibar ledger", limit=10, mode=mode)).results
-        assert old.id not in {h.id for h in hits}, mode
+        # In a fresh Redis the pool holds these 8 alone, and "ledger" (in all of them) is
+        # scored right only once garbage collection has run after the supersede (within
+        # 5 s: `test_an_update_in_a_small_namespace_leaves_its_word_scores_alone`).
+        for _ in range(150):
+            hits = (await mem.search("zanzibar ledger", limit=10, mode=mode)).results
+            assert old.id not in {h.id for h in hits}, mode
+            if hits[0].id == new.id:
+                break
+            await asyncio.sleep(0.1)
         assert hits[0].id == new.id, mode
     both = (await mem.search("zanzibar ledger", limit=10, include_superseded=True)).results
     assert {old.id, new.id} <= {h.id for h in both[:2]}
