@@ -498,6 +498,18 @@ async def test_common_words_are_scored_among_the_candidates_with_the_same_scores
     await whole.close()
 
 
+async def _ledgers(mem: AgentMemory) -> tuple[Any, Any]:
+    """Eight memories, "ledger" in each: six entries, then a "zanzibar ledger" one and the
+    one that supersedes it (old, new)."""
+    for i in range(6):
+        await mem.add("knowledge", f"ledger entry number {i}")
+    old = await mem.add("knowledge", "the zanzibar ledger was reconciled by Ana")
+    new = await mem.add(
+        "knowledge", "the zanzibar ledger is now reconciled by Ben", supersedes=[old.id]
+    )
+    return old, new
+
+
 async def test_a_superseded_memory_stays_out_of_a_bounded_hybrid_search(
     in_process: InProcess, ns: str
 ) -> None:
@@ -510,12 +522,7 @@ async def test_a_superseded_memory_stays_out_of_a_bounded_hybrid_search(
     bounded = InProcess(in_process.nc, dataclasses.replace(in_process.deps, settings=settings))
     bus = await MemoryBus.connect(namespace=ns, nc=bounded)  # type: ignore[arg-type]
     mem = bus.agent(workflow_id="wf_current")
-    for i in range(6):
-        await mem.add("knowledge", f"ledger entry number {i}")
-    old = await mem.add("knowledge", "the zanzibar ledger was reconciled by Ana")
-    new = await mem.add(
-        "knowledge", "the zanzibar ledger is now reconciled by Ben", supersedes=[old.id]
-    )
+    old, new = await _ledgers(mem)
 
     for mode in ("hybrid", "text", "vector"):
         # In a fresh Redis the pool holds these 8 alone, and "ledger" (in all of them) is
@@ -546,12 +553,7 @@ async def test_an_update_in_a_small_namespace_leaves_its_word_scores_alone(
         await MemoryBus.connect(namespace=ns, nc=h) as bus,  # type: ignore[arg-type]
     ):
         mem = bus.agent(workflow_id="wf_small")
-        for i in range(6):
-            await mem.add("knowledge", f"ledger entry number {i}")
-        old = await mem.add("knowledge", "the zanzibar ledger was reconciled by Ana")
-        new = await mem.add(
-            "knowledge", "the zanzibar ledger is now reconciled by Ben", supersedes=[old.id]
-        )
+        _, new = await _ledgers(mem)
         for _ in range(150):
             hits = (await mem.search("zanzibar ledger", limit=10, mode="text")).results
             if hits[0].id == new.id:
