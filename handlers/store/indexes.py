@@ -168,6 +168,13 @@ class Indexes:
 
     async def get(self, ns: str) -> Namespace:
         """The namespace's index and meta, created on first use."""
+        if (
+            self.clustered
+            and not isinstance(ns, Pooled)
+            and isinstance(self._homes.get(ns), Pooled)
+        ):
+            # Its cached set-up would answer, and the caller name keys where nothing is.
+            raise TypeError(f"namespace {ns!r} is pooled here: pass the name `locate` gives")
         cached = self._open.get(ns)
         if cached is not None:
             return cached
