@@ -205,6 +205,12 @@ class Indexes:
             created = await self.client.set(meta_key(ns), msgspec.json.encode(self.mine), nx=True)
             meta = _meta_decoder.decode(await self.client.get(meta_key(ns)) or b"")
             tier = await self.client.get(tier_key(ns))
+            if tier is None and not created and await self._info(index_name(ns)) is None:
+                # Another handler made the meta a moment ago and is about to set the tier
+                # (a namespace made before pools has an index of its own): wait for it, or
+                # this one would take the new namespace for an old one and give it an index
+                # of its own (half of the namespaces first used by two handlers at once).
+                tier = await self._tier_soon(ns)
             opens = False
             # Without a meta, a namespace that has a tier or an index of its own was made
             # before metas were kept (or lost its meta): it is not new.
@@ -250,6 +256,15 @@ class Indexes:
                 space = Namespace(pool, meta, int(tier))
         self._open[ns] = space
         return space
+
+    async def _tier_soon(self, ns: str, wait_s: float = 1.0) -> Any:
+        """The namespace's tier once another handler has set it (None after `wait_s`)."""
+        deadline = asyncio.get_running_loop().time() + wait_s
+        while (tier := await self.client.get(tier_key(ns))) is None:
+            if asyncio.get_running_loop().time() >= deadline:
+                return None
+            await asyncio.sleep(0.01)
+        return tier
 
     @overload
     async def own(

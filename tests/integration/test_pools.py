@@ -278,6 +278,20 @@ async def test_pool_max_zero_gives_every_namespace_its_own_index(in_process) -> 
     assert [h.id for h in hits.results] == [mid]
 
 
+async def test_a_new_namespace_first_used_by_two_handlers_at_once_is_pooled(in_process) -> None:
+    # The handler that lost the race for the meta must not take the new namespace for one
+    # made before pools (it did for 5 of 20 here, 10 of 20 on a cluster).
+    first, second = _deps(in_process), _deps(in_process)
+    spaces = [_ns() for _ in range(20)]
+    for ns in spaces:
+        await asyncio.gather(_add(first, ns, "one"), _add(second, ns, "two"))
+    tiers = [await _tier(first, ns) for ns in spaces]
+    assert OWN_INDEX not in tiers, tiers
+    for ns in spaces:
+        listed = await operations.list_(ns, ListRequest(limit=10), second)
+        assert listed.total == 2
+
+
 async def test_a_namespace_from_before_pools_keeps_its_own_index(in_process) -> None:
     old, ns = _deps(in_process, pool_max=0), _ns()
     mid = await _add(old, ns, "written by an older version")
