@@ -164,7 +164,8 @@ async def import_(ns: str, req: ImportRequest, deps: Deps) -> ImportReply:
         last = dt_to_ms(m.last_accessed_at) if m.last_accessed_at else None
         if await deps.store.transfer.write(ns, rec, vec, m.access_count, last, added):
             reply.created.append(rec.id)
-            deps.store.count_words_later(ns, [rec])
+            # Words counted; a pooled namespace that an import outgrows is promoted.
+            deps.store.added(ns, [rec])
             await publish_event(deps, ns, "added", rec, now)
         else:  # written meanwhile (the same import, run twice at once)
             reply.existing.append(rec.id)

@@ -13,6 +13,7 @@ import random
 import uuid
 from typing import Any
 
+import msgspec
 import pytest
 
 from contracts import (
@@ -25,6 +26,7 @@ from contracts import (
     SearchRequest,
     TimelineRequest,
 )
+from contracts.messages import ExportRequest, ImportedMemory, ImportRequest
 from handlers import ops as operations
 from handlers.embed import HashEmbedder
 from handlers.ops.deps import Deps
@@ -159,6 +161,29 @@ async def test_a_namespace_that_outgrows_the_pool_gets_its_own_index(in_process)
     assert not await deps.store.client.hexists(keys.record_key(ns, late), POOL_FIELD)
     listed = await operations.list_(ns, ListRequest(limit=100), deps)
     assert listed.total == 11
+
+
+async def test_an_import_that_outgrows_the_pool_promotes_the_namespace(in_process) -> None:
+    source, ns = _deps(in_process), _ns()
+    for i in range(40):
+        await _add(source, ns, f"imported note {i}")
+    exported: dict[str, Any] = {}
+    cursor: str | None = "0"
+    while cursor is not None:
+        page = await operations.export(ns, ExportRequest(cursor=cursor), source)
+        exported.update({m.id: m for m in page.memories})
+        cursor = page.cursor
+    as_sent = msgspec.json.encode(list(exported.values()))
+    memories = msgspec.json.decode(as_sent, type=list[ImportedMemory])
+
+    deps, target = _deps(in_process, pool_max=10), _ns()
+    reply = await operations.import_(target, ImportRequest(memories=memories), deps)
+    await deps.store.settle()  # promotions run after the reply
+
+    assert len(reply.created) == 40
+    assert await _tier(deps, target) == OWN_INDEX
+    listed = await operations.list_(target, ListRequest(limit=100), deps)
+    assert sorted(m.id for m in listed.memories) == sorted(exported)
 
 
 async def _in_pool_after_promotion(deps: Deps, ns: str) -> int:
