@@ -61,7 +61,8 @@ POOL_NAMESPACES = 64
 # spread over the slots about as namespaces with tags of their own would (1,000 of them land
 # 92 to 116 on each of 10 primaries; with 16 pools, 0 to 250), and the first ones (a
 # deployment's few large tenants, maybe) each take a slot: a namespace keeps its pool's
-# slot when it outgrows the pool. A pool index holding few costs about 100 KB.
+# slot when it outgrows the pool. A pool index with one memory costs about 215 KB
+# (`schema.POOL_BLOCK`).
 OPEN_POOLS = 256
 
 

@@ -91,6 +91,10 @@ def schema_dict(ns: str, dimension: int) -> dict[str, Any]:
     }
 
 
+# Vectors per block of a pool index's FLAT field (RediSearch's default is 1,024).
+POOL_BLOCK = 64
+
+
 def pool_schema_dict(number: int, dimension: int, clustered: bool = False) -> dict[str, Any]:
     """The index that the pooled namespace with pool `number` shares with others of its
     vector `dimension` (`keys.pool_index_name`): every field of a
@@ -98,15 +102,17 @@ def pool_schema_dict(number: int, dimension: int, clustered: bool = False) -> di
     a number, as a numeric range adds nothing to BM25 where a tag (even at weight 0 alone
     in its group) adds its own IDF.
 
-    An index costs RediSearch about 100 KB however few memories it holds (and an HNSW
-    field 1.9 MB more), so thousands of small namespaces each with its own would need GBs
-    before storing anything. Pooled namespaces are small, so their vector queries scan the
-    namespace's own memories (ADHOC_BF): a FLAT field is exact and cheaper to write."""
+    An index costs RediSearch about 100 KB however few memories it holds, and its vector
+    field 1.5 MB more from its first memory (a block of 1,024 vectors), so thousands of
+    small namespaces each with its own would need GBs. Pooled namespaces are small, so
+    their vector queries scan the namespace's own memories (ADHOC_BF): a FLAT field is exact
+    and cheaper to write, in blocks of 64 vectors (a pool holds a few thousand): 215 KB
+    with one memory instead of 1.97 MB, measured."""
     schema = schema_dict("", dimension)
     schema["index"]["name"] = pool_index_name(number, clustered)
     schema["index"]["prefix"] = pool_prefix(number, clustered)
     for field in schema["fields"]:
         if field["name"] == VECTOR_FIELD:
-            field["attrs"] = {**field["attrs"], "algorithm": "flat"}
+            field["attrs"] = {**field["attrs"], "algorithm": "flat", "block_size": POOL_BLOCK}
     schema["fields"].insert(0, {"name": POOL_FIELD, "type": "numeric"})
     return schema

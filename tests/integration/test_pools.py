@@ -360,6 +360,19 @@ async def test_namespaces_of_different_dimensions_get_different_pools(in_process
     assert [h.id for h in hits_b.results] == [in_b]
 
 
+async def test_a_pool_index_takes_its_vectors_in_small_blocks(in_process) -> None:
+    # A dimension of its own, so a pool index of its own: with RediSearch's default block
+    # of 1,024 vectors its first memory alone took 1,024 x 1,000 x 4 bytes (3.9 MB).
+    deps, ns = _deps(in_process, dimension=1000), _ns()
+    await _add(deps, ns, "the first memory of a new pool")
+    number = int(await _tier(deps, ns))
+    info = await deps.store.client.execute_command("FT.INFO", pool_index_name(number))
+    size = info[b"vector_index_sz_mb"] if isinstance(info, dict) else None
+    if size is None:
+        size = info[info.index(b"vector_index_sz_mb") + 1]
+    assert float(size) < 0.5
+
+
 @pytest.mark.parametrize("name", ["a-b", "A_B", "ab"])
 async def test_similar_namespace_names_stay_apart_in_a_pool(in_process, name: str) -> None:
     deps = _deps(in_process)
