@@ -393,3 +393,39 @@ async def test_a_handler_holding_a_lost_home_follows_the_new_one(
             listed = await mem.list(limit=10)
             assert sorted(m.id for m in listed.memories) == sorted(ids)
         assert _located(on_cluster, ns) == new and _located(on_cluster, ns).sequence == new.sequence
+
+
+async def test_two_handlers_first_using_namespaces_at_once_take_one_sequence_each(
+    on_cluster: EmbeddedStack,
+) -> None:
+    """Each new namespace, first used by two handlers at once, takes one pool sequence
+    (each handler took one before: 1.5 a namespace) and is pooled."""
+    url = on_cluster.redis_url
+    plain = redis.RedisCluster(host="127.0.0.1", port=on_cluster.redis_cluster_ports[0])
+    spaces = [f"twice-{i}" for i in range(20)]
+    try:
+        before = int(plain.get(keys.POOL_SEQUENCE) or 0)
+        first_client, _ = await open_redis(url)
+        second_client, _ = await open_redis(url)
+        async with (
+            handler_here(on_cluster.nats_url, url, first_client) as first,
+            handler_here(on_cluster.nats_url, url, second_client) as second,
+        ):
+            for ns in spaces:
+                async with (
+                    await MemoryBus.connect(namespace=ns, nc=first) as one,  # type: ignore[arg-type]
+                    await MemoryBus.connect(namespace=ns, nc=second) as two,  # type: ignore[arg-type]
+                ):
+                    await asyncio.gather(
+                        one.agent().add("context", f"{ns} one"),
+                        two.agent().add("context", f"{ns} two"),
+                    )
+                    assert (await one.agent().describe()).total == 2
+        assert int(plain.get(keys.POOL_SEQUENCE) or 0) == before + len(spaces)
+        located = [_located(on_cluster, ns) for ns in spaces]
+        assert all(isinstance(ns, keys.Pooled) for ns in located)
+        assert len({keys.pool_tag(ns.sequence) for ns in located}) == len(spaces)  # type: ignore[attr-defined]
+        for ns in located:
+            assert plain.get(keys.tier_key(ns)) != keys.OWN_INDEX.encode()
+    finally:
+        plain.close()
