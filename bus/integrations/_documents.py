@@ -14,7 +14,7 @@ atomic `apply` requests as fit.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar, Unpack
 
 import msgspec
@@ -23,9 +23,18 @@ import structlog
 from bus.client import AgentMemory, Filters
 from bus.errors import NotFound, TooLarge
 from contracts import limits
-from contracts.messages import ApplyAction, CompactMemory, Memory, clip
+from contracts.messages import (
+    ApplyAction,
+    CompactListReply,
+    CompactMemory,
+    ListReply,
+    Memory,
+    clip,
+)
 
 T = TypeVar("T")
+# A page of `list`: full or compact.
+Page = TypeVar("Page", ListReply, CompactListReply)
 
 _encoder = msgspec.json.Encoder()
 log = structlog.get_logger("membus.integrations")
@@ -185,26 +194,28 @@ async def full_pages(
     mem: AgentMemory, **filters: Unpack[Filters]
 ) -> AsyncGenerator[list[Memory], None]:
     """The memories a `list` with these filters finds, newest first, a page at a time."""
-    offset = 0
-    while True:
-        page = await mem.list(mode="full", limit=_LIST_PAGE, offset=offset, **filters)
-        if page.memories:
-            yield page.memories
-        # A page trimmed to fit the max payload holds fewer than asked: go on from there.
-        offset += page.count
-        if not page.count or offset >= page.total or not _more(offset, page.total):
-            return
+    pages = _pages(lambda at: mem.list(mode="full", limit=_LIST_PAGE, offset=at, **filters))
+    async for page in pages:
+        yield page.memories
 
 
 async def compact_pages(
     mem: AgentMemory, **filters: Unpack[Filters]
 ) -> AsyncGenerator[list[CompactMemory], None]:
     """As `full_pages`, in compact form (ids, tags, previews: no content or metadata)."""
+    pages = _pages(lambda at: mem.list(mode="compact", limit=_LIST_PAGE, offset=at, **filters))
+    async for page in pages:
+        yield page.memories
+
+
+async def _pages(read: Callable[[int], Awaitable[Page]]) -> AsyncGenerator[Page, None]:
+    """Every non-empty page `read(offset)` gives, from offset 0 on."""
     offset = 0
     while True:
-        page = await mem.list(mode="compact", limit=_LIST_PAGE, offset=offset, **filters)
+        page = await read(offset)
         if page.memories:
-            yield page.memories
+            yield page
+        # A page trimmed to fit the max payload holds fewer than asked: go on from there.
         offset += page.count
         if not page.count or offset >= page.total or not _more(offset, page.total):
             return
