@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import signal
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -51,14 +52,26 @@ def _nodes(stack: EmbeddedStack) -> list[redis.Redis]:
     return [redis.Redis(port=port) for port in stack.redis_cluster_ports]
 
 
+def _cluster(stack: EmbeddedStack) -> contextlib.closing[redis.RedisCluster]:
+    """A client of the whole cluster, closed when its `with` ends."""
+    return contextlib.closing(
+        redis.RedisCluster(host="127.0.0.1", port=stack.redis_cluster_ports[0])
+    )
+
+
+@contextlib.asynccontextmanager
+async def _handler(stack: EmbeddedStack, env: dict[str, str] | None = None) -> AsyncIterator[Any]:
+    """A handler's operations in this process, on the cluster (`handler_here`)."""
+    client, _ = await open_redis(stack.redis_url)
+    async with handler_here(stack.nats_url, stack.redis_url, client, env) as here:
+        yield here
+
+
 def _located(stack: EmbeddedStack, ns: str) -> str:
     """The namespace as its keys are named (`Indexes.locate`): a pooled one with its pool's
     hash tag, from its home key."""
-    client = redis.RedisCluster(host="127.0.0.1", port=stack.redis_cluster_ports[0])
-    try:
+    with _cluster(stack) as client:
         home = client.get(keys.home_key(ns))
-    finally:
-        client.close()
     assert home is not None, f"{ns} has no home"
     return ns if home == keys.OWN_INDEX.encode() else keys.Pooled(ns, int(home))
 
@@ -144,11 +157,8 @@ async def test_namespaces_sharing_a_pool_see_only_their_own(on_cluster: Embedded
 
     mine = await fill("pool-a")
     # As if OPEN_POOLS - 1 other namespaces were made in between: the next one shares.
-    plain = redis.RedisCluster(host="127.0.0.1", port=on_cluster.redis_cluster_ports[0])
-    try:
+    with _cluster(on_cluster) as plain:
         plain.incrby(keys.POOL_SEQUENCE, keys.OPEN_POOLS - 1)
-    finally:
-        plain.close()
     theirs = await fill("pool-b")
     a, b = _located(on_cluster, "pool-a"), _located(on_cluster, "pool-b")
     assert isinstance(a, keys.Pooled) and isinstance(b, keys.Pooled)
@@ -199,23 +209,18 @@ async def test_a_namespace_outgrows_its_pool_into_an_index_in_its_slot(
 async def test_a_namespace_from_before_homes_keeps_its_keys(on_cluster: EmbeddedStack) -> None:
     """A namespace written as on a cluster before pools (under its own tag, with no home
     key) stays there: a handler that pools new namespaces reads and writes it as it is."""
-    ns, url = "legacy", on_cluster.redis_url
-    client, _ = await open_redis(url)
+    ns = "legacy"
     async with (
-        handler_here(on_cluster.nats_url, url, client, {"MEMBUS_POOL_MAX": "0"}) as old,
+        _handler(on_cluster, {"MEMBUS_POOL_MAX": "0"}) as old,
         await MemoryBus.connect(namespace=ns, nc=old) as bus,  # type: ignore[arg-type]
     ):
         mem = bus.agent(workflow_id="wf_l")
         ids = [(await mem.add("knowledge", f"legacy fact {i} on runbooks")).id for i in range(5)]
-    plain = redis.RedisCluster(host="127.0.0.1", port=on_cluster.redis_cluster_ports[0])
-    try:
+    with _cluster(on_cluster) as plain:
         assert plain.get(keys.home_key(ns)) == keys.OWN_INDEX.encode()
         plain.delete(keys.home_key(ns))  # as written before homes were kept
-    finally:
-        plain.close()
-    client, _ = await open_redis(url)
     async with (
-        handler_here(on_cluster.nats_url, url, client) as new,
+        _handler(on_cluster) as new,
         await MemoryBus.connect(namespace=ns, nc=new) as bus,  # type: ignore[arg-type]
     ):
         mem = bus.agent(workflow_id="wf_l")
@@ -324,13 +329,10 @@ async def test_a_primary_killed_under_durable_writes_loses_no_acknowledged_write
 async def test_a_burst_of_first_writes_takes_one_home(on_cluster: EmbeddedStack) -> None:
     """32 concurrent first adds to a new namespace in one handler: one home, one pool
     sequence, every memory in it."""
-    url = on_cluster.redis_url
-    plain = redis.RedisCluster(host="127.0.0.1", port=on_cluster.redis_cluster_ports[0])
-    try:
+    with _cluster(on_cluster) as plain:
         before = int(plain.get(keys.POOL_SEQUENCE) or 0)
-        client, _ = await open_redis(url)
         async with (
-            handler_here(on_cluster.nats_url, url, client) as here,
+            _handler(on_cluster) as here,
             await MemoryBus.connect(namespace="burst", nc=here) as bus,  # type: ignore[arg-type]
         ):
             mem = bus.agent(workflow_id="wf_b")
@@ -340,8 +342,6 @@ async def test_a_burst_of_first_writes_takes_one_home(on_cluster: EmbeddedStack)
             listed = await mem.list(limit=50)
             assert sorted(m.id for m in listed.memories) == sorted(a.id for a in added)
         assert int(plain.get(keys.POOL_SEQUENCE) or 0) == before + 1
-    finally:
-        plain.close()
     located = _located(on_cluster, "burst")
     assert isinstance(located, keys.Pooled)
     counts = _keys_by_node(on_cluster, located)
@@ -364,12 +364,10 @@ async def test_a_handler_holding_a_lost_home_follows_the_new_one(
     while a handler holds its old home; another handler sets it up anew first. The first
     handler's next write goes to the new home too (after one `unavailable`), not to the
     old place that nobody else reads."""
-    ns, url = "rehomed", on_cluster.redis_url
-    first_client, _ = await open_redis(url)
-    second_client, _ = await open_redis(url)
+    ns = "rehomed"
     async with (
-        handler_here(on_cluster.nats_url, url, first_client) as first,
-        handler_here(on_cluster.nats_url, url, second_client) as second,
+        _handler(on_cluster) as first,
+        _handler(on_cluster) as second,
         await MemoryBus.connect(namespace=ns, nc=first) as one,  # type: ignore[arg-type]
         await MemoryBus.connect(namespace=ns, nc=second) as two,  # type: ignore[arg-type]
     ):
@@ -377,13 +375,10 @@ async def test_a_handler_holding_a_lost_home_follows_the_new_one(
         theirs = two.agent(workflow_id="wf_r")
         await mine.add("context", "written before the loss")
         old = _located(on_cluster, ns)
-        plain = redis.RedisCluster(host="127.0.0.1", port=on_cluster.redis_cluster_ports[0])
-        try:
+        with _cluster(on_cluster) as plain:
             # Lost, and other namespaces made since: the next home is another pool.
             plain.delete(keys.home_key(ns), keys.tier_key(old), keys.meta_key(old))
             plain.incr(keys.POOL_SEQUENCE)
-        finally:
-            plain.close()
         ids = [await _add_retrying(theirs, "written by the second handler after the loss")]
         new = _located(on_cluster, ns)
         assert isinstance(old, keys.Pooled) and isinstance(new, keys.Pooled)
@@ -400,16 +395,12 @@ async def test_two_handlers_first_using_namespaces_at_once_take_one_sequence_eac
 ) -> None:
     """Each new namespace, first used by two handlers at once, takes one pool sequence
     (each handler took one before: 1.5 a namespace) and is pooled."""
-    url = on_cluster.redis_url
-    plain = redis.RedisCluster(host="127.0.0.1", port=on_cluster.redis_cluster_ports[0])
     spaces = [f"twice-{i}" for i in range(20)]
-    try:
+    with _cluster(on_cluster) as plain:
         before = int(plain.get(keys.POOL_SEQUENCE) or 0)
-        first_client, _ = await open_redis(url)
-        second_client, _ = await open_redis(url)
         async with (
-            handler_here(on_cluster.nats_url, url, first_client) as first,
-            handler_here(on_cluster.nats_url, url, second_client) as second,
+            _handler(on_cluster) as first,
+            _handler(on_cluster) as second,
         ):
             for ns in spaces:
                 async with (
@@ -427,5 +418,3 @@ async def test_two_handlers_first_using_namespaces_at_once_take_one_sequence_eac
         assert len({keys.pool_tag(ns.sequence) for ns in located}) == len(spaces)  # type: ignore[attr-defined]
         for ns in located:
             assert plain.get(keys.tier_key(ns)) != keys.OWN_INDEX.encode()
-    finally:
-        plain.close()
