@@ -531,6 +531,11 @@ async def compact(ns: str, req: CompactRequest, deps: Deps) -> ClearByTypeReply:
     memories with `workflow_id`, a workspace's with `workspace` alone, else the general
     ones; only the stores the caller sees."""
     type_config(deps.settings.types, req.type)
+    # As `add` does: a misspelt workspace is an error, not "nothing to compact".
+    if req.workspace is not None and not await deps.store.spaces.workspace_exists(
+        ns, req.workspace
+    ):
+        raise workspace_not_found(req.workspace)
     flow = "workflow" if req.workflow_id is not None else "general"
     scope = read_scope(flow, req.workflow_id, req.workspace, deps.access.stores)
 

@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from bus import AgentMemory, MemoryBus
-from bus.errors import InvalidRequest
+from bus.errors import InvalidRequest, NotFound
 
 pytestmark = pytest.mark.transports("in_process", "nats", "cluster")
 
@@ -97,3 +97,11 @@ async def test_states_and_bad_bounds_are_refused(wf123: AgentMemory) -> None:
         await wf123.compact("knowledge", keep=1, by="size")  # type: ignore[arg-type]
     with pytest.raises(InvalidRequest, match="Unknown memory type"):
         await wf123.compact("no_such_type", keep=1, by="recency")
+
+
+async def test_an_unknown_workspace_is_not_found_as_for_add(bus: MemoryBus) -> None:
+    mem = bus.agent(workspace="No such workspace")
+    with pytest.raises(NotFound, match="No such workspace"):
+        await mem.compact("knowledge", keep=1, by="recency")
+    with pytest.raises(NotFound):
+        await mem.add("knowledge", "a note")
