@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Collection, Coroutine
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from importlib import resources
 from typing import Any, Literal, cast
 from urllib.parse import quote, unquote
@@ -27,7 +28,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from bus.client import MemoryBus
 from bus.errors import BusError, InvalidRequest, NotFound
-from contracts.messages import Event, RejectedEvent
+from contracts.messages import CompactMemory, Event, Memory, RejectedEvent, preview
 from contracts.subjects import event_filter
 
 log = structlog.get_logger("membus.ui")
@@ -136,6 +137,55 @@ def _flag(request: Request, name: str) -> bool:
     return (_text(request, name) or "").lower() in ("1", "true", "yes", "on")
 
 
+def _instant(request: Request, name: str) -> datetime | None:
+    """A point in time (ISO 8601); without an offset it is UTC, as in the protocol."""
+    raw = _text(request, name)
+    if raw is None:
+        return None
+    try:
+        value = datetime.fromisoformat(raw)
+    except ValueError:
+        raise InvalidRequest(
+            f"`{name}` must be a date and time (ISO 8601, e.g. 2025-06-01T09:00:00Z), not {raw!r}"
+        ) from None
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+# ------------------------------------------------------------------- the page's own replies
+
+
+class TimelineEntry(CompactMemory, kw_only=True):
+    """A memory of a timeline as the page shows it: its compact form, and what says it
+    no longer holds (v3): `superseded_by`, and `valid_until` once passed."""
+
+    superseded_by: str | None = None
+    valid_from: datetime | None = None
+    valid_until: datetime | None = None
+
+
+class Timeline(msgspec.Struct, kw_only=True):
+    """A timeline as the page reads it: oldest first, `memories[anchor_index]` the anchor."""
+
+    memories: list[TimelineEntry]
+    anchor_index: int
+    truncated: bool = False
+
+
+def timeline_entry(memory: Memory) -> TimelineEntry:
+    return TimelineEntry(
+        id=memory.id,
+        type=memory.type,
+        preview=preview(memory.content),
+        tags=memory.tags,
+        importance=memory.importance,
+        workflow_id=memory.workflow_id,
+        created_at=memory.created_at,
+        superseded_by=memory.superseded_by,
+        valid_from=memory.valid_from,
+        valid_until=memory.valid_until,
+    )
+
+
 # ------------------------------------------------------------------- endpoints
 
 Endpoint = Callable[[Request], Coroutine[Any, Any, Response]]
@@ -177,6 +227,7 @@ async def list_memories(bus: MemoryBus, request: Request) -> Any:
         offset=_int(request, "offset", 0),
         include_superseded=_flag(request, "superseded"),
         workspace=_text(request, "workspace"),
+        as_of=_instant(request, "as_of"),
     )
 
 
@@ -195,6 +246,7 @@ async def search(bus: MemoryBus, request: Request) -> Any:
         mode=mode,
         include_superseded=_flag(request, "superseded"),
         workspace=_text(request, "workspace"),
+        as_of=_instant(request, "as_of"),
     )
 
 
@@ -214,20 +266,28 @@ async def history(bus: MemoryBus, request: Request) -> Any:
     return await bus.agent().history(request.path_params["id"])
 
 
-async def timeline(bus: MemoryBus, request: Request) -> Any:
-    """Around one memory, as `workflow` sees it (empty: the general memories). Without a
-    `workflow` parameter, as the memory's own workflow does (one more read)."""
+async def timeline(bus: MemoryBus, request: Request) -> Timeline:
+    """Around one memory, as `workflow` sees it (empty: the general memories), superseded
+    and ended memories included and marked so. Without a `workflow` parameter, as the
+    memory's own workflow does (one more read). Read in full (a compact timeline does not
+    say what was superseded or ended), then cut to previews."""
     id_ = request.path_params["id"]
     if "workflow" in request.query_params:
         workflow = _text(request, "workflow")
     else:
         workflow = (await get_memory(bus, request)).workflow_id
-    return await bus.agent(workflow_id=workflow).timeline(
+    reply = await bus.agent(workflow_id=workflow).timeline(
         id_,
         before=_int(request, "before", 5),
         after=_int(request, "after", 5),
         scope=_scope(request),
-        include_superseded=True,  # the anchor itself may be superseded
+        mode="full",
+        include_superseded=True,  # the anchor itself may be superseded or ended
+    )
+    return Timeline(
+        memories=[timeline_entry(memory) for memory in reply.memories],
+        anchor_index=reply.anchor_index,
+        truncated=reply.truncated,
     )
 
 

@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -126,6 +127,12 @@ def item(page: Page, list_id: str, memory_id: str) -> Locator:
         f'[data-testid="memory-item"][data-id="{memory_id}"]'
     )
     return found
+
+
+async def instants(times: Locator) -> list[datetime]:
+    """The exact instants of the page's `<time>` elements (their `datetime`)."""
+    values = await times.evaluate_all("nodes => nodes.map((n) => n.getAttribute('datetime'))")
+    return [datetime.fromisoformat(value) for value in values]
 
 
 async def test_overview_search_detail_and_live_events(
@@ -241,18 +248,193 @@ async def test_the_overview_and_the_list_say_what_their_counts_count(
     bus: MemoryBus, ui: RunningUI, page: Page
 ) -> None:
     mem = bus.agent(workflow_id="wf_counts", agent_id="architect")
+    now = datetime.now(UTC)
     old = await mem.add("decision", "Keep sessions in Redis")
     await mem.add("fact", "Sessions last 30 minutes")
     await mem.add("decision", "Keep sessions in Postgres", supersedes=[old.id])
+    # Ended (v3): describe counts it with the superseded ones, the list leaves it out.
+    await mem.add(
+        "context",
+        "Logins were slow during the migration",
+        valid_from=now - timedelta(days=2),
+        valid_until=now - timedelta(days=1),
+    )
 
     await page.goto(f"{ui.url}/?workflow=wf_counts")
-    await expect(page.get_by_test_id("stat-total")).to_have_text("3")
+    await expect(page.get_by_test_id("stat-total")).to_have_text("4")
     await expect(page.get_by_test_id("stat-superseded")).to_have_text(
-        "1 superseded, left out of the list"
+        "2 superseded or ended, left out of the list"
     )
     await expect(page.get_by_test_id("list-count")).to_have_text("2 current")
     await page.get_by_test_id("superseded").check()
-    await expect(page.get_by_test_id("list-count")).to_have_text("3 total, superseded included")
+    await expect(page.get_by_test_id("list-count")).to_have_text(
+        "4 total, superseded and ended included"
+    )
+
+
+async def test_a_memory_panel_shows_its_validity_window_idle_ttl_and_expiry(
+    bus: MemoryBus, ui: RunningUI, page: Page
+) -> None:
+    mem = bus.agent(workflow_id="wf_v3", agent_id="planner")
+    now = datetime.now(UTC).replace(microsecond=0)
+    start, end = now - timedelta(days=2), now + timedelta(days=5)
+    held = await mem.add(
+        "fact",
+        "The staging database is read-only this week",
+        valid_from=start,
+        valid_until=end,
+        idle_ttl_s=86400,
+    )
+    plain = await mem.add("fact", "The team works from Leeds")
+
+    await page.goto(f"{ui.url}/?workflow=wf_v3#memory={held.id}")
+    detail = page.get_by_test_id("detail")
+    await expect(detail.get_by_test_id("detail-id")).to_have_text(held.id)
+    valid = detail.get_by_test_id("detail-valid")
+    await expect(valid.locator("time")).to_have_count(2)
+    assert await instants(valid.locator("time")) == [start, end]
+    await expect(detail.get_by_test_id("detail-idle")).to_have_text(
+        "forgotten after 1 d without a read"
+    )
+    # Idle: forgotten a day after its last access (adding it, or a read since).
+    expires = detail.get_by_test_id("detail-expires")
+    [expiry] = await instants(expires.locator("time"))
+    assert now + timedelta(days=1) - timedelta(seconds=5) <= expiry
+    assert expiry <= datetime.now(UTC) + timedelta(days=1)
+    await expect(expires).to_contain_text(re.compile(r" · in (24 h|1 d)$"))
+    # It holds now: no mark.
+    await expect(detail.get_by_test_id("detail-mark")).to_have_count(0)
+
+    await item(page, "memory-list", plain.id).click()
+    await expect(detail.get_by_test_id("detail-id")).to_have_text(plain.id)
+    await expect(detail.get_by_test_id("detail-valid")).to_have_text("from creation → open-ended")
+    await expect(detail.get_by_test_id("detail-expires")).to_have_text("never")
+    await expect(detail.get_by_test_id("detail-idle")).to_have_count(0)
+
+
+async def test_the_timeline_marks_superseded_and_ended_memories(
+    bus: MemoryBus, ui: RunningUI, page: Page
+) -> None:
+    mem = bus.agent(workflow_id="wf_tl", agent_id="architect")
+    now = datetime.now(UTC)
+    redis = await mem.add("decision", "Keep sessions in Redis")
+    freeze = await mem.add(
+        "context",
+        "Deploys are frozen for the launch",
+        valid_from=now - timedelta(days=2),
+        valid_until=now - timedelta(days=1),
+    )
+    postgres = await mem.add("decision", "Keep sessions in Postgres", supersedes=[redis.id])
+    region = await mem.add(
+        "fact", "The Frankfurt region opens next month", valid_from=now + timedelta(days=30)
+    )
+
+    await page.goto(f"{ui.url}/?workflow=wf_tl#memory={postgres.id}")
+    detail = page.get_by_test_id("detail")
+    entries = detail.get_by_test_id("timeline-item")
+    await expect(entries).to_have_count(4)
+
+    def entry(memory_id: str) -> Locator:
+        return entries.and_(page.locator(f'[data-id="{memory_id}"]'))
+
+    await expect(entry(redis.id)).to_have_attribute("data-mark", "superseded")
+    await expect(entry(redis.id).get_by_test_id("mark")).to_have_text("superseded")
+    await expect(entry(freeze.id)).to_have_attribute("data-mark", "ended")
+    await expect(entry(freeze.id).get_by_test_id("mark")).to_have_text("ended")
+    await expect(entry(region.id)).to_have_attribute("data-mark", "future")
+    await expect(entry(region.id).get_by_test_id("mark")).to_have_text("not yet valid")
+    assert await entry(postgres.id).get_attribute("data-mark") is None
+    await expect(entry(postgres.id).get_by_test_id("mark")).to_have_count(0)
+
+    # Their panels say so too.
+    await entry(freeze.id).click()
+    await expect(detail.get_by_test_id("detail-id")).to_have_text(freeze.id)
+    await expect(detail.get_by_test_id("detail-mark")).to_have_text("ended")
+    await entry(redis.id).click()
+    await expect(detail.get_by_test_id("detail-id")).to_have_text(redis.id)
+    await expect(detail.get_by_test_id("detail-mark")).to_have_text("superseded")
+    # Superseding closed its window at the new memory's start.
+    valid = detail.get_by_test_id("detail-valid")
+    await expect(valid).to_contain_text("from creation → ")
+    [closed] = await instants(valid.locator("time"))
+    assert now - timedelta(seconds=5) <= closed <= datetime.now(UTC)
+
+
+async def test_search_and_list_read_as_of_an_instant(
+    bus: MemoryBus, ui: RunningUI, browser: Browser
+) -> None:
+    mem = bus.agent(workflow_id="wf_asof", agent_id="ops")
+    now = datetime.now(UTC).replace(microsecond=0)
+    moved = now - timedelta(days=3)
+    leeds = await mem.add(
+        "fact",
+        "The office is in Leeds",
+        valid_from=now - timedelta(days=30),
+        valid_until=moved,
+    )
+    york = await mem.add("fact", "The office is in York", valid_from=moved)
+    then = now - timedelta(days=10)
+    then_param = then.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    # In a time zone that is not UTC: the page's input is in local time.
+    india = timezone(timedelta(hours=5, minutes=30))
+    context = await browser.new_context(
+        timezone_id="Asia/Kolkata", viewport={"width": 1440, "height": 1000}
+    )
+    try:
+        page = await context.new_page()
+        # The UI's server passes `as_of` on to the bus.
+        for path in ("list", "search"):
+            reply = await page.request.get(
+                f"{ui.url}/api/{path}",
+                params={"workflow": "wf_asof", "q": "office", "as_of": then_param},
+            )
+            body = await reply.json()
+            found = body["memories"] if path == "list" else body["results"]
+            assert [m["id"] for m in found] == [leeds.id], body
+        refused = await page.request.get(f"{ui.url}/api/list?as_of=last+week")
+        assert refused.status == 400
+        assert (await refused.json())["code"] == "invalid_request"
+
+        await page.goto(f"{ui.url}/?workflow=wf_asof")
+        listed = page.get_by_test_id("memory-list").get_by_test_id("memory-item")
+        results = page.get_by_test_id("search-results").get_by_test_id("memory-item")
+        await expect(listed).to_have_count(1)
+        await expect(listed.first).to_have_attribute("data-id", york.id)
+        await page.get_by_test_id("search-input").fill("office")
+        await page.get_by_test_id("search-input").press("Enter")
+        await expect(results).to_have_count(1)
+        await expect(results.first).to_have_attribute("data-id", york.id)
+
+        local = then.astimezone(india).strftime("%Y-%m-%dT%H:%M:%S")
+        await page.get_by_test_id("as-of-input").fill(local)
+        await page.get_by_test_id("apply-scope").click()
+        await expect(listed.first).to_have_attribute("data-id", leeds.id)
+        await expect(listed).to_have_count(1)
+        await expect(page.get_by_test_id("list-count")).to_contain_text("1 as of")
+        await expect(page.get_by_test_id("superseded")).to_be_disabled()
+        # The search ran again, as of then: Leeds, which has ended since.
+        await expect(results.first).to_have_attribute("data-id", leeds.id)
+        await expect(results).to_have_count(1)
+        await expect(results.first.get_by_test_id("mark")).to_have_text("ended")
+        await expect(page.get_by_test_id("search-summary")).to_contain_text("as of")
+        await expect(page.get_by_test_id("scope-note")).to_contain_text("counts are of now")
+        # The instant is in the address (UTC), and a reload keeps it.
+        sent = re.search(r"[?&]as_of=([^&#]+)", page.url)
+        assert sent is not None
+        assert datetime.fromisoformat(sent.group(1).replace("%3A", ":")) == then
+        await page.reload()
+        await expect(page.get_by_test_id("as-of-input")).to_have_value(local)
+        await expect(listed.first).to_have_attribute("data-id", leeds.id)
+
+        await page.get_by_test_id("as-of-now").click()
+        await expect(listed.first).to_have_attribute("data-id", york.id)
+        await expect(listed).to_have_count(1)
+        await expect(page.get_by_test_id("list-count")).to_have_text("1 current")
+        await expect(page.get_by_test_id("superseded")).to_be_enabled()
+        assert "as_of" not in page.url
+    finally:
+        await context.close()
 
 
 async def test_errors_are_json_and_the_page_shows_them(
@@ -389,11 +571,34 @@ async def test_serve_runs_until_cancelled(
 
 
 async def populate(bus: MemoryBus) -> dict[str, str]:
-    """Realistic memories of two workflows, a workspace and a state."""
+    """Realistic memories of two workflows, a workspace and a state; some superseded, ended
+    or forgotten when idle (v3)."""
+    now = datetime.now(UTC)
     planner = bus.agent(workflow_id="wf_checkout", agent_id="planner")
     coder = bus.agent(workflow_id="wf_checkout", agent_id="coder", session_id="s-0412")
     writer = bus.agent(workflow_id="wf_onboarding", agent_id="writer")
     ids: dict[str, str] = {}
+    # First, so that the selected memory's timeline shows them near the top.
+    once = await planner.add(
+        "decision", "Retry a failed webhook once, after 10 minutes", tags=["payments", "webhooks"]
+    )
+    retry = await planner.add(
+        "decision",
+        "Retry failed webhooks up to 3 times",
+        tags=["payments", "webhooks"],
+        supersedes=[once.id],
+        valid_from=now - timedelta(days=2),
+        idle_ttl_s=90 * 86400,
+    )
+    ids["once"], ids["retry"] = once.id, retry.id
+    freeze = await planner.add(
+        "context",
+        "Code freeze on the checkout until the 3.2.1 hotfix ships",
+        tags=["release"],
+        valid_from=now - timedelta(days=6),
+        valid_until=now - timedelta(days=1),
+    )
+    ids["freeze"] = freeze.id
     await planner.add(
         "identity", "The user is Maya Chen, staff engineer on the payments team", tags=["team"]
     )
@@ -417,10 +622,6 @@ async def populate(bus: MemoryBus) -> dict[str, str]:
     await planner.add(
         "decision", "Send an idempotency key with every POST to /charges", tags=["payments", "api"]
     )
-    retry = await planner.add(
-        "decision", "Retry failed webhooks up to 3 times", tags=["payments", "webhooks"]
-    )
-    ids["retry"] = retry.id
     await coder.add(
         "observation",
         title="Checkout latency regression",
@@ -511,7 +712,10 @@ async def test_demo_page_and_screenshot(
                 await live_activity(bus)
                 events = page.get_by_test_id("events").get_by_test_id("event")
                 await expect(events).to_have_count(6)
-                await expect(page.get_by_test_id("stat-total")).to_have_text("14")
+                await expect(page.get_by_test_id("stat-total")).to_have_text("16")
+                await expect(page.get_by_test_id("stat-superseded")).to_have_text(
+                    "3 superseded or ended, left out of the list"
+                )
 
                 await page.get_by_test_id("search-input").fill("webhooks")
                 await page.get_by_test_id("search-mode").select_option("text")
@@ -519,6 +723,11 @@ async def test_demo_page_and_screenshot(
                 hit = item(page, "search-results", ids["retry"])
                 await hit.click()
                 await expect(page.get_by_test_id("history-entry")).to_have_count(2)
+                await expect(page.get_by_test_id("detail-idle")).to_be_visible()
+                timeline = page.get_by_test_id("detail").get_by_test_id("timeline-item")
+                for name, mark in (("once", "superseded"), ("freeze", "ended")):
+                    marked = timeline.and_(page.locator(f'[data-id="{ids[name]}"]'))
+                    await expect(marked).to_have_attribute("data-mark", mark)
                 await page.get_by_test_id("workspaces").get_by_text("payments-api").click()
                 await page.get_by_test_id("state-item").first.click()
                 await expect(page.get_by_test_id("state-detail")).to_contain_text(

@@ -14,6 +14,8 @@
     type: "",
     tag: "",
     superseded: false,
+    // Search and list read as of this instant (ISO 8601, UTC); "": now, current memories.
+    asOf: "",
     offset: 0,
     selected: null,
   };
@@ -22,13 +24,17 @@
   // ---------------------------------------------------------------- helpers
 
   // el("li", {className, dataset, title, onClick, ...attributes}, ...children): strings
-  // become text nodes; null, undefined and false are skipped.
+  // become text nodes; null, undefined and false are skipped (so are null dataset values).
   function el(tag, props, ...children) {
     const node = document.createElement(tag);
     for (const [key, value] of Object.entries(props || {})) {
       if (value === null || value === undefined || value === false) continue;
       if (key === "className") node.className = value;
-      else if (key === "dataset") Object.assign(node.dataset, value);
+      else if (key === "dataset") {
+        for (const [name, v] of Object.entries(value)) {
+          if (v !== null && v !== undefined) node.dataset[name] = v;
+        }
+      }
       else if (key === "onClick") node.addEventListener("click", value);
       else node.setAttribute(key, String(value));
     }
@@ -106,6 +112,65 @@
     return `${Math.round(s / 86400)} d ago`;
   }
 
+  // From now on: "in 5 min", "in 3 h", "in 2 d".
+  function fromNow(iso) {
+    const s = Math.round((new Date(iso).getTime() - Date.now()) / 1000);
+    if (s <= 0) return "due now";
+    if (s < 3600) return `in ${Math.max(1, Math.round(s / 60))} min`;
+    if (s < 86400) return `in ${Math.round(s / 3600)} h`;
+    return `in ${Math.round(s / 86400)} d`;
+  }
+
+  // Seconds in the largest unit that divides them: 86400 → "1 d", 5400 → "90 min".
+  function duration(s) {
+    for (const [unit, n] of [["d", 86400], ["h", 3600], ["min", 60]]) {
+      if (s >= n && s % n === 0) return `${s / n} ${unit}`;
+    }
+    return `${s} s`;
+  }
+
+  // An instant the page shows: as text in the reader's time zone, exact in `datetime`.
+  const instant = (iso) => el("time", { datetime: iso, title: iso }, fmt(iso));
+
+  // An ISO instant as a datetime-local input's value (local time, to the second), and back.
+  function toLocalInput(iso) {
+    const d = new Date(iso);
+    if (Number.isNaN(d.getTime())) return "";
+    return new Date(d.getTime() - d.getTimezoneOffset() * 60000).toISOString().slice(0, 19);
+  }
+
+  function fromLocalInput(value) {
+    const d = new Date(value);
+    return value && !Number.isNaN(d.getTime()) ? d.toISOString() : "";
+  }
+
+  // v3: whether a memory holds now. Superseded (a newer one replaced it), ended (its
+  // `valid_until` has passed) or not yet valid (its `valid_from` is ahead); null: it holds.
+  function standing(m) {
+    const now = Date.now();
+    if (m.superseded_by) return "superseded";
+    if (m.valid_until && new Date(m.valid_until).getTime() <= now) return "ended";
+    if (m.valid_from && new Date(m.valid_from).getTime() > now) return "future";
+    return null;
+  }
+
+  const STANDING_LABELS = { superseded: "superseded", ended: "ended", future: "not yet valid" };
+
+  function standingBadge(m, testid) {
+    const state = standing(m);
+    if (!state) return null;
+    const title = {
+      superseded: `Replaced by ${m.superseded_by}`,
+      ended: `Held until ${m.valid_until ? fmt(m.valid_until) : ""}`,
+      future: `Holds from ${m.valid_from ? fmt(m.valid_from) : ""}`,
+    }[state];
+    return el(
+      "span",
+      { className: "badge mark", title, dataset: { mark: state, testid: testid || "mark" } },
+      STANDING_LABELS[state],
+    );
+  }
+
   const short = (text, n) => (text.length > n ? `${text.slice(0, n)}…` : text);
   const asText = (v) => (typeof v === "string" ? v : JSON.stringify(v));
 
@@ -152,6 +217,7 @@
       el(
         "div",
         { className: "memory-meta" },
+        standingBadge(m),
         where(m.workflow_id),
         m.agent_id ? el("span", { className: "agent" }, m.agent_id) : null,
         tagChips(m.tags),
@@ -172,6 +238,11 @@
     return { workflow: view.workflow, scope: view.scope, workspace: view.workspace };
   }
 
+  // Search and list: the scope, as of the chosen instant (describe has no `as_of`).
+  function readParams() {
+    return { ...scopeParams(), as_of: view.asOf };
+  }
+
   function setOptions(select, values, current, allLabel) {
     const wanted = [...new Set([...values, ...(current ? [current] : [])])].sort();
     clear(select).append(el("option", { value: "" }, allLabel));
@@ -184,10 +255,10 @@
   async function loadOverview() {
     const d = await api("/api/describe", scopeParams());
     $("stat-total").textContent = String(d.total);
-    // The list leaves superseded memories out (unless asked): name them, so that its
-    // total and this one visibly count different things.
+    // The list leaves superseded and ended memories out (unless asked): name them, so that
+    // its total and this one visibly count different things.
     $("stat-superseded").textContent = d.superseded_count
-      ? `${d.superseded_count} superseded, left out of the list`
+      ? `${d.superseded_count} superseded or ended, left out of the list`
       : "";
     $("stat-workflow").textContent = String(d.workflow_count);
     $("stat-general").textContent = String(d.general_count);
@@ -245,6 +316,9 @@
         view.scope === "both" ? "its memories and the general ones" : "its memories only"
       }.`;
     }
+    if (view.asOf) {
+      note += ` Search and the list show what held on ${fmt(view.asOf)}; these counts are of now.`;
+    }
     $("scope-note").textContent = note;
   }
 
@@ -252,7 +326,7 @@
 
   async function loadList() {
     const reply = await api("/api/list", {
-      ...scopeParams(),
+      ...readParams(),
       type: view.type,
       tag: view.tag,
       superseded: view.superseded ? "1" : "",
@@ -262,9 +336,12 @@
     const list = clear($("memory-list"));
     list.append(...reply.memories.map((m) => memoryItem(m)));
     if (!reply.memories.length) list.append(el("li", { className: "empty" }, "Nothing here."));
-    $("list-count").textContent = view.superseded
-      ? `${reply.total} total, superseded included`
-      : `${reply.total} current`;
+    if (view.asOf) $("list-count").textContent = `${reply.total} as of ${fmt(view.asOf)}`;
+    else {
+      $("list-count").textContent = view.superseded
+        ? `${reply.total} total, superseded and ended included`
+        : `${reply.total} current`;
+    }
     const last = view.offset + reply.count;
     $("page-info").textContent = reply.count ? `${view.offset + 1}–${last} of ${reply.total}` : "";
     $("page-prev").disabled = view.offset === 0;
@@ -289,7 +366,7 @@
       return;
     }
     const reply = await api("/api/search", {
-      ...scopeParams(),
+      ...readParams(),
       q,
       mode: $("search-mode").value,
       type: view.type,
@@ -298,6 +375,7 @@
     summary.hidden = false;
     summary.textContent =
       `${reply.results.length} result${reply.results.length === 1 ? "" : "s"} · ${reply.mode}` +
+      (view.asOf ? ` · as of ${fmt(view.asOf)}` : "") +
       (reply.truncated ? " · truncated" : "");
     results.append(...reply.results.map((m) => memoryItem(m, { score: m.score })));
   }
@@ -384,7 +462,40 @@
     field(dl, "Tags", tagList(m.tags));
     field(dl, "Created", fmt(m.created_at));
     field(dl, "Updated", m.updated_at !== m.created_at ? fmt(m.updated_at) : null);
-    field(dl, "Expires", m.expires_at ? fmt(m.expires_at) : "never");
+    // v3: when the fact held in the world (null bounds are open), and idle forgetting.
+    field(
+      dl,
+      "Valid",
+      el(
+        "span",
+        { dataset: { testid: "detail-valid" } },
+        m.valid_from ? instant(m.valid_from) : el("span", { className: "muted" }, "from creation"),
+        " → ",
+        m.valid_until ? instant(m.valid_until) : el("span", { className: "muted" }, "open-ended"),
+      ),
+    );
+    field(
+      dl,
+      "Expires",
+      el(
+        "span",
+        { dataset: { testid: "detail-expires" } },
+        m.expires_at
+          ? [instant(m.expires_at), el("span", { className: "muted" }, ` · ${fromNow(m.expires_at)}`)]
+          : "never",
+      ),
+    );
+    field(
+      dl,
+      "Idle TTL",
+      m.idle_ttl_s
+        ? el(
+          "span",
+          { title: `${m.idle_ttl_s} s`, dataset: { testid: "detail-idle" } },
+          `forgotten after ${duration(m.idle_ttl_s)} without a read`,
+        )
+        : null,
+    );
     field(dl, "Accessed", m.access_count ? `${m.access_count}× · last ${fmt(m.last_accessed_at)}` : null);
     field(dl, "Session", m.session_id);
     field(dl, "Source", m.source);
@@ -402,6 +513,7 @@
         "div",
         { className: "detail-head" },
         el("span", { dataset: { testid: "detail-type" } }, typeBadge(m.type)),
+        standingBadge(m, "detail-mark"),
         el("span", { className: "mono muted", dataset: { testid: "detail-id" } }, m.id),
       ),
       m.title ? el("h2", { className: "detail-title", dataset: { testid: "detail-title" } }, m.title) : null,
@@ -428,18 +540,19 @@
     if (tl.status === "fulfilled") {
       tl.value.memories.forEach((c, i) => {
         const anchor = i === tl.value.anchor_index;
+        const state = standing(c);
         timeline.append(
           el(
             "li",
             {
               className: anchor ? "tl anchor" : "tl",
               "aria-current": anchor ? "true" : null,
-              dataset: { testid: "timeline-item", id: c.id },
+              dataset: { testid: "timeline-item", id: c.id, mark: state },
               onClick: () => (anchor ? null : select(c.id)),
             },
             el("span", { className: "when", title: fmt(c.created_at) }, compact(c.created_at)),
             typeBadge(c.type),
-            el("span", { className: "tl-text" }, c.preview),
+            el("span", { className: "tl-text" }, standingBadge(c), state ? " " : null, c.preview),
           ),
         );
       });
@@ -648,11 +761,16 @@
     view.workflow = $("workflow").value.trim();
     view.scope = $("scope").value;
     view.workspace = $("workspace-filter").value;
+    view.asOf = fromLocalInput($("as-of").value);
     view.offset = 0;
+    // As of an instant, `include_superseded` is moot: what held then is read.
+    $("superseded").disabled = Boolean(view.asOf);
+    $("as-of-now").hidden = !view.asOf;
     const params = new URLSearchParams();
     if (view.workflow) params.set("workflow", view.workflow);
     if (view.scope !== "both") params.set("scope", view.scope);
     if (view.workspace) params.set("workspace", view.workspace);
+    if (view.asOf) params.set("as_of", view.asOf);
     const query = params.toString();
     const { pathname, hash } = window.location;
     window.history.replaceState(null, "", `${pathname}${query ? `?${query}` : ""}${hash}`);
@@ -666,12 +784,17 @@
     $("workflow").value = params.get("workflow") || "";
     $("scope").value = params.get("scope") || "both";
     view.workspace = params.get("workspace") || "";
+    $("as-of").value = toLocalInput(params.get("as_of") || "");
 
     $("scope-form").addEventListener("submit", (e) => {
       e.preventDefault();
       applyScope();
     });
     $("workspace-filter").addEventListener("change", applyScope);
+    $("as-of-now").addEventListener("click", () => {
+      $("as-of").value = "";
+      applyScope();
+    });
     $("scope").addEventListener("change", applyScope);
     $("search-form").addEventListener("submit", (e) => {
       e.preventDefault();
