@@ -15,7 +15,39 @@ from bus.cli.base import app, json_text, out, shown
 from bus.cli.live import event_line, service_stats
 from bus.cli.transfer import read_export
 
+# The command that sends each operation of the protocol (tests check it covers them all).
+COMMANDS: dict[str, str] = {
+    "add": "add",
+    "search": "search",
+    "describe": "describe",
+    "list": "list",
+    "get": "get",
+    "delete": "delete",
+    "clear_by_type": "clear",
+    "compact": "compact",
+    "update": "update",
+    "apply": "apply",
+    "history": "history",
+    "recall": "recall",
+    "timeline": "timeline",
+    "people": "people",
+    "create_workspace": "workspace create",
+    "list_workspaces": "workspace list",
+    "load_workspace": "workspace show",
+    "update_workspace": "workspace update",
+    "archive_workspace": "workspace archive",
+    "create_state": "state save",
+    "list_states": "state list",
+    "load_state": "state load",
+    "archive_state": "state archive",
+    "capture": "capture",
+    "reconcile": "reconcile",
+    "export": "export",
+    "import": "import",
+}
+
 __all__ = [
+    "COMMANDS",
     "app",
     "event_line",
     "json_text",

@@ -293,12 +293,12 @@ def short(text: str, width: int = 70) -> str:
 def marks(m: Memory, now: datetime | None = None) -> str:
     """What a reader should know of a memory it may not take as current."""
     now = now or datetime.now().astimezone()
-    notes = []
+    # A supersede also ends the old memory's validity: "superseded" says both.
     if m.superseded_by:
-        notes.append("superseded")
+        return "[superseded] "
     if m.valid_until is not None and m.valid_until <= now:
-        notes.append("ended")
-    return f"[{', '.join(notes)}] " if notes else ""
+        return "[ended] "
+    return ""
 
 
 def memory_table(memories: Iterable[Memory], title: str) -> Table:

@@ -53,7 +53,7 @@ def up(
     args += ["--data-dir", str(data_dir)] + ([] if demo else ["--no-demo"])
     # Its own session: a Ctrl-C at the terminal reaches this process alone, which passes
     # it on once (the stack stops its servers and handlers on SIGINT and SIGTERM alike).
-    child = subprocess.Popen(args, start_new_session=True, preexec_fn=_stop_with_parent)
+    child = subprocess.Popen(args, start_new_session=True, preexec_fn=_in_the_child)
 
     def forward(signum: int, frame: object) -> None:
         child.send_signal(signum)
@@ -64,9 +64,12 @@ def up(
     raise typer.Exit(128 - code if code < 0 else code)
 
 
-def _stop_with_parent() -> None:
-    """In the child: SIGTERM when `membus up` dies without passing a signal on (SIGKILL),
-    so the stack is never left running orphaned (Linux's PR_SET_PDEATHSIG)."""
+def _in_the_child() -> None:
+    """Before the stack starts: SIGINT handled as usual even if this process was started
+    with it ignored (Python then never makes it a KeyboardInterrupt), and SIGTERM when
+    `membus up` dies without passing a signal on (SIGKILL), so the stack is never left
+    running orphaned (Linux's PR_SET_PDEATHSIG)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     with contextlib.suppress(OSError, AttributeError):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
