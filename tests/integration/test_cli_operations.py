@@ -450,3 +450,41 @@ def test_membus_up_stops_its_whole_stack_on_a_signal_even_with_sigint_ignored(
         time.sleep(0.1)
     assert not _alive(stack), [Path(f"/proc/{p}/cmdline").read_bytes() for p in _alive(stack)]
     assert re.search(r"\S", rest)
+
+
+def readme_walkthrough() -> str:
+    """The README's `membus` walk-through, the bash block after its heading line."""
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    after = text[text.index("A walk through, with the bus of `make up` running") :]
+    return after.split("```bash\n", 1)[1].split("\n```", 1)[0]
+
+
+def test_the_readme_walkthrough_runs_as_written(servers: Servers, ns: str, tmp_path: Path) -> None:
+    script = readme_walkthrough()
+    lines = script.splitlines()
+    assert lines[0].startswith("export MEMBUS_NATS_URL=")  # replaced by this bus's
+    body = "\n".join(lines[1:]).replace("acme-restored", f"{ns}-restored")
+    env = {
+        **os.environ,
+        "PATH": f"{Path(MEMBUS).parent}{os.pathsep}{os.environ['PATH']}",
+        "MEMBUS_NATS_URL": servers.nats_url,
+        "MEMBUS_NAMESPACE": ns,
+        "COLUMNS": "200",
+    }
+    done = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", body],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    shown = done.stdout
+    assert "[superseded] MySQL for billing" in shown
+    assert "2 actions applied" in shown
+    assert "Retry failed payments" in shown and "Shop" in shown
+    # Searched as of an instant before the supersede: the old decision, not the new one.
+    as_of = shown.split("as of 2026-02-01", 1)[1].split("memories 1-", 1)[0]
+    assert "MySQL for billing" in as_of and "Postgres for billing" not in as_of
+    assert (tmp_path / "acme.jsonl").read_text().count("\n") >= 5
