@@ -488,3 +488,25 @@ def test_the_readme_walkthrough_runs_as_written(servers: Servers, ns: str, tmp_p
     as_of = shown.split("as of 2026-02-01", 1)[1].split("memories 1-", 1)[0]
     assert "MySQL for billing" in as_of and "Postgres for billing" not in as_of
     assert (tmp_path / "acme.jsonl").read_text().count("\n") >= 5
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_tail_stops_on_a_signal_when_started_with_sigint_ignored(
+    servers: Servers, ns: str, sig: signal.Signals
+) -> None:
+    proc = subprocess.Popen(
+        [MEMBUS, "tail", "--nats-url", servers.nats_url, "-n", ns],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
+    assert proc.stderr is not None
+    with proc:
+        try:
+            assert "following" in proc.stderr.readline()
+            proc.send_signal(sig)
+            assert proc.wait(timeout=15) == 130
+        finally:
+            if proc.poll() is None:
+                proc.kill()
