@@ -15,14 +15,37 @@ import json
 import sys
 import uuid
 from datetime import UTC, datetime, timedelta
+from typing import TypeVar
 
-from bus import AgentMemory, Conflict, MemoryBus
+import msgspec
+
+from bus import AgentMemory, Conflict, MemoryBus, Unavailable
 from bus.capture import captured
-from contracts.messages import ScoredMemory
+from contracts.messages import Request, ScoredMemory
+
+R = TypeVar("R", bound=msgspec.Struct)
+
+# How long the demo waits between sending again an operation answered `unavailable`.
+RETRY_DELAYS_S = (0.5, 1.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0)
+
+
+class RetryingBus(MemoryBus):
+    """The demo's bus: an operation answered `unavailable`, which the protocol says was not
+    run and is safe to retry (a Redis still loading its data, a handler busy), is sent
+    again after a pause, up to len(RETRY_DELAYS_S) times (13.5 s in all)."""
+
+    async def request(self, op: str, body: Request | bytes, reply_type: type[R]) -> R:
+        for delay in RETRY_DELAYS_S:
+            try:
+                return await super().request(op, body, reply_type)
+            except Unavailable as exc:
+                print(f"  ({op}: unavailable, retrying in {delay:g} s: {exc.message})")
+                await asyncio.sleep(delay)
+        return await super().request(op, body, reply_type)
 
 
 async def run_demo(nats_url: str, namespace: str = "demo") -> None:
-    async with await MemoryBus.connect(nats_url, namespace=namespace) as bus:
+    async with await RetryingBus.connect(nats_url, namespace=namespace) as bus:
         events = await bus.subscribe()  # every workflow, and general memories
         printed = asyncio.Event()
         seen = 0
@@ -140,7 +163,7 @@ async def durable_demo(bus: MemoryBus) -> None:
     await sub.unsubscribe()
     print(f"  applied: {applied['action']} {applied['id']} (request_id {applied['request_id']})")
     await lead.add("context", "Friday's release notes draft is in notes/rel.md", store="social")
-    guest = MemoryBus(bus.nc, bus.namespace, bus.timeout, owns=False, trust="familiar")
+    guest = RetryingBus(bus.nc, bus.namespace, bus.timeout, owns=False, trust="familiar")
     seen = await guest.agent(workflow_id="wf_789").search("release friday")
     print(f"  a familiar-trust guest searching 'release friday' sees {len(seen.results)}:")
     for h in seen.results:

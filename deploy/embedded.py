@@ -11,6 +11,7 @@ import functools
 import os
 import platform
 import random
+import shlex
 import shutil
 import signal
 import socket
@@ -86,6 +87,12 @@ def jemalloc() -> str | None:
     return ctypes.util.find_library("jemalloc")
 
 
+def valkey_options() -> list[str]:
+    """Options added to every embedded valkey-server's command line, from
+    `MEMBUS_REDIS_OPTIONS` (shell words, e.g. "--maxmemory 4gb"), after the bus's own."""
+    return shlex.split(os.environ.get("MEMBUS_REDIS_OPTIONS", ""))
+
+
 def valkey_env() -> dict[str, str]:
     """The embedded Redis's environment: this process's, with jemalloc preloaded if found."""
     env = dict(os.environ)
@@ -146,6 +153,60 @@ def wait_port(port: int, proc: subprocess.Popen[bytes], what: str, timeout: floa
         except OSError:
             time.sleep(0.05)
     raise EmbeddedError(f"{what} did not listen on port {port} within {timeout}s")
+
+
+def wait_loaded(
+    port: int,
+    proc: subprocess.Popen[bytes],
+    what: str,
+    say: Callable[[str], None] | None = None,
+    stall_s: float = 300.0,
+) -> None:
+    """Wait while the Redis on `port` loads its data set from disk. It listens at once, but
+    answers LOADING to every command the bus sends until it has read it all (22 s for
+    30,000 memories on 2 CPUs: RediSearch indexes each one again as it is read). `say`
+    hears how much it loads, once, and when it is done. An EmbeddedError if the server
+    exits, or reads nothing more for `stall_s`."""
+    import redis
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    # INFO is answered while loading, between chunks of the load: seconds apart at times.
+    client = redis.Redis(
+        port=port, socket_connect_timeout=2, socket_timeout=30, retry=Retry(NoBackoff(), 0)
+    )
+    started = time.monotonic()
+    told = False
+    progress, progressed = -1, started
+    try:
+        while True:
+            if proc.poll() is not None:
+                raise EmbeddedError(
+                    f"{what} exited with code {proc.returncode} while loading its data"
+                )
+            try:
+                info = client.info("persistence")
+            except (redis.ConnectionError, redis.TimeoutError):
+                info = {"loading": 1}
+            if not int(info.get("loading", 0)):
+                break
+            loaded = int(info.get("loading_loaded_bytes", 0))
+            if not told and say is not None and "loading_total_bytes" in info:
+                mb = int(info["loading_total_bytes"]) / 1e6
+                say(
+                    f"{what} (port {port}) is loading {mb:.0f} MB of data from disk;"
+                    " waiting for it ..."
+                )
+                told = True
+            if loaded != progress:
+                progress, progressed = loaded, time.monotonic()
+            elif time.monotonic() - progressed > stall_s:
+                raise EmbeddedError(f"{what} loaded nothing more for {stall_s:.0f}s")
+            time.sleep(0.2)
+    finally:
+        client.close()
+    if told and say is not None:
+        say(f"{what} loaded its data in {time.monotonic() - started:.1f}s")
 
 
 def form_cluster(ports: list[int], primaries: int, timeout: float = 30.0) -> None:
@@ -223,6 +284,9 @@ class EmbeddedStack:
     redis_cluster_replicas: bool = True
     redis_cluster_ports: list[int] = field(default_factory=list)
     route_ports: list[int] = field(default_factory=list)
+    # Told what a server does that is worth a line (a Redis loading its data set); None:
+    # nobody.
+    say: Callable[[str], None] | None = None
     servers: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     handlers: list[subprocess.Popen[bytes]] = field(default_factory=list)
     _logs: list[IO[bytes]] = field(default_factory=list)
@@ -342,14 +406,15 @@ class EmbeddedStack:
         count = self.redis_primaries * (2 if self.redis_cluster_replicas else 1)
         return [self.redis_node_name(n) for n in range(count)]
 
-    def start_redis_node(self, node: int) -> subprocess.Popen[bytes]:
-        """Start (or restart: it rejoins from its nodes.conf) one node of the cluster."""
+    def start_redis_node(self, node: int, loaded: bool = True) -> subprocess.Popen[bytes]:
+        """Start (or restart: it rejoins from its nodes.conf) one node of the cluster;
+        `loaded`: return once it has loaded its data."""
         name = self.redis_node_name(node)
         conf = self.data_dir / name / "nodes.conf"
         extra = ["--cluster-enabled", "yes", "--cluster-config-file", str(conf)]
         # A primary that stops answering is failed over to its replica after 2 s.
         extra += ["--cluster-node-timeout", "2000", "--cluster-require-full-coverage", "no"]
-        return self._start_valkey(name, self.redis_cluster_ports[node], extra)
+        return self._start_valkey(name, self.redis_cluster_ports[node], extra, loaded)
 
     def _start_redis_cluster(self) -> subprocess.Popen[bytes]:
         """Start every node, and on first start make them a cluster: slots split evenly
@@ -367,8 +432,11 @@ class EmbeddedStack:
         self.redis_port = self.redis_cluster_ports[0]
         chosen.write_text(" ".join(str(p) for p in self.redis_cluster_ports))
         formed = (self.data_dir / nodes[0] / "nodes.conf").exists()
+        # Every node loads its data at once, then each is waited for.
         for node in range(len(nodes)):
-            self.start_redis_node(node)
+            self.start_redis_node(node, loaded=False)
+        for node, name in enumerate(nodes):
+            self._wait_loaded(name, self.redis_cluster_ports[node])
         if not formed:
             form_cluster(self.redis_cluster_ports, self.redis_primaries)
         return self.servers[nodes[0]]
@@ -383,9 +451,23 @@ class EmbeddedStack:
             ["--replicaof", "127.0.0.1", str(self.redis_port)],
         )
 
+    @staticmethod
+    def redis_what(name: str) -> str:
+        """How a Redis server is named to the user."""
+        if name == "redis":
+            return "Redis Stack"
+        if name == "redis-replica":
+            return "Redis replica"
+        return f"Redis Cluster node {name.removeprefix('redis-node-')}"
+
+    def _wait_loaded(self, name: str, port: int) -> None:
+        wait_loaded(port, self.servers[name], self.redis_what(name), self.say)
+
     def _start_valkey(
-        self, name: str, port: int, extra: list[str] | None = None
+        self, name: str, port: int, extra: list[str] | None = None, loaded: bool = True
     ) -> subprocess.Popen[bytes]:
+        """Start one valkey-server; `loaded`: return once it has loaded its data set (it
+        answers LOADING until then), not only once it listens."""
         redis_dir = self.data_dir / name
         redis_dir.mkdir(parents=True, exist_ok=True)
         cmd = [
@@ -408,11 +490,14 @@ class EmbeddedStack:
             if mod.name == "redisearch.so":
                 cmd += SEARCH_OPTIONS
         cmd += extra or []
+        cmd += valkey_options()
         proc = subprocess.Popen(
             cmd, stdout=self._log(name), stderr=subprocess.STDOUT, env=valkey_env()
         )
         self.servers[name] = proc
-        wait_port(port, proc, "valkey-server (Redis Stack)")
+        wait_port(port, proc, f"valkey-server ({self.redis_what(name)})")
+        if loaded:
+            self._wait_loaded(name, port)
         return proc
 
     def stop_server(self, name: str) -> None:
@@ -455,7 +540,10 @@ class EmbeddedStack:
 
     def revive(self, env: dict[str, str] | None = None) -> list[str]:
         """Restart every child that has exited, servers first (same ports and data), and say
-        what happened to each: one line naming it, its exit code and its log."""
+        what happened to each: one line naming it, its exit code and its log (also to `say`,
+        as it happens: before a Redis's lines about loading its data). A Redis restarted is
+        waited for until it has loaded its data; the handlers meanwhile answer
+        `unavailable`, and serve again once it has."""
         said = []
         servers: list[tuple[str, str, Callable[[], subprocess.Popen[bytes]]]] = [
             *(
@@ -480,6 +568,8 @@ class EmbeddedStack:
                     f"{what} exited with code {proc.returncode} (log: {self.log_path(name)});"
                     " restarting it"
                 )
+                if self.say is not None:
+                    self.say(said[-1])
                 start()
         for i, proc in enumerate(self.handlers):
             if proc.poll() is not None:
@@ -487,6 +577,8 @@ class EmbeddedStack:
                     f"handler {i + 1} exited with code {proc.returncode}"
                     f" (log: {self.log_path(f'handler-{i + 1}')}); restarting it"
                 )
+                if self.say is not None:
+                    self.say(said[-1])
                 self.handlers[i] = self._start_handler(i + 1, env)
         return said
 

@@ -40,7 +40,7 @@ from handlers.ops.deps import Deps, Publish
 from handlers.settings import Settings, SettingsError, load_settings
 from handlers.store import layout
 from handlers.store.cluster import Cluster, is_cluster_url
-from handlers.store.failures import is_connection_error
+from handlers.store.failures import is_connection_error, is_loading
 from handlers.store.keys import EMBED_CACHE
 from handlers.store.store import Store
 from handlers.tracing import (
@@ -111,9 +111,10 @@ async def _keep_layout(
     deps: Deps, url: str, known: bool, stop: asyncio.Event, restart: asyncio.Event
 ) -> None:
     """Bring Redis to the current key layout (`layout.ensure`), retrying while Redis is
-    down; requests wait for it (`Store.layout_ready`). A handler that started before Redis
-    answered took it for a single server: if it is a cluster node, it stops (`restart`),
-    to be started again by its supervisor, and then connects as a cluster client."""
+    down or loading its data; requests wait for it (`Store.layout_ready`). A handler that
+    started before Redis answered took it for a single server: if it is a cluster node, it
+    stops (`restart`), to be started again by its supervisor, and then connects as a
+    cluster client."""
     while not stop.is_set():
         try:
             if not known and await is_cluster_url(url):
@@ -124,7 +125,11 @@ async def _keep_layout(
             known = True
             renamed = await layout.ensure(deps.store.client, deps.store.indexes)
         except Exception as exc:
-            if is_connection_error(exc):
+            # Requests that cannot wait are told why (`Store._after_layout`).
+            deps.store.redis_loading = is_loading(exc)
+            if deps.store.redis_loading:
+                log.warning("layout.redis_loading", error=str(exc))
+            elif is_connection_error(exc):
                 log.warning("layout.redis_unavailable", error=str(exc))
             else:
                 log.exception("layout.failed")
@@ -133,6 +138,7 @@ async def _keep_layout(
             continue
         if renamed:
             log.info("layout.ready", renamed=renamed)
+        deps.store.redis_loading = False
         deps.store.layout_ready.set()
         return
 

@@ -1,5 +1,6 @@
-"""How Redis failures reach callers: a lost connection becomes `unavailable` (safe to retry),
-and a vanished index is told apart from other query errors."""
+"""How Redis failures reach callers: a lost connection, or a Redis still loading its data
+after a restart, becomes `unavailable` (safe to retry), and a vanished index is told apart
+from other query errors."""
 
 from __future__ import annotations
 
@@ -84,10 +85,30 @@ def redis_error_kind(exc: BaseException) -> str | None:
     return found
 
 
+# What a caller is told while Redis loads its data set from disk (after a restart: it
+# listens at once, and answers LOADING to every command until it has read it all: 22 s for
+# 30,000 memories, 50 MB of append-only file, on 2 CPUs).
+LOADING = (
+    "The memory store (Redis) is loading its data from disk after a restart and did not run"
+    " this request; retry in a few seconds: it serves again, by itself, once loaded."
+)
+
+
+def is_loading(exc: BaseException) -> bool:
+    """Whether Redis refused a command because it is still loading its data set (LOADING:
+    redis-py's BusyLoadingError, a ConnectionError), anywhere in the failure's chain."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, redis.exceptions.BusyLoadingError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 def as_unavailable(exc: BaseException) -> Unavailable | None:
     """What a Redis failure means to the caller: `unavailable` (safe to retry) when this
-    handler has every connection busy or Redis cannot be reached, whatever raised it; None
-    for any other error."""
+    handler has every connection busy, or Redis cannot be reached or is still loading its
+    data, whatever raised it; None for any other error."""
     if is_pool_exhausted(exc):
         # Redis is fine; this handler has every connection busy.
         log.warning("redis.pool_exhausted")
@@ -95,6 +116,9 @@ def as_unavailable(exc: BaseException) -> Unavailable | None:
             "The memory service is busy (every store connection of this handler is in"
             " use) and did not finish this request; retry in a moment with backoff."
         )
+    if is_loading(exc):
+        log.warning("redis.loading", error=str(exc))
+        return Unavailable(LOADING)
     if is_connection_error(exc):
         log.warning("redis.unreachable", error=repr(exc))
         return Unavailable("The memory store (Redis) is unreachable right now; retry shortly.")

@@ -29,7 +29,7 @@ from redisvl.query.filter import FilterExpression
 from handlers.errors import Unavailable
 from handlers.store import keys
 from handlers.store.claims import Claims
-from handlers.store.failures import is_connection_error, is_missing_index, redis_errors
+from handlers.store.failures import LOADING, is_connection_error, is_missing_index, redis_errors
 from handlers.store.filters import (
     ReadScope,
     Scoped,
@@ -343,6 +343,9 @@ class Store:
         # clears it until `layout.ensure` has run (a Store made elsewhere starts set).
         self.layout_ready = asyncio.Event()
         self.layout_ready.set()
+        # While the layout is not ready: whether Redis was last seen loading its data set
+        # (what a request that cannot wait for it is told).
+        self.redis_loading = False
 
     async def write_with_setup(
         self, ns: str, write: Callable[[], Awaitable[T]], unset: object
@@ -384,6 +387,8 @@ class Store:
             async with asyncio.timeout(LAYOUT_WAIT_S):
                 await self.layout_ready.wait()
         except TimeoutError:
+            if self.redis_loading:
+                raise Unavailable(LOADING) from None
             raise Unavailable(
                 "The memory store is not ready: Redis is down, or its keys are being brought"
                 " to this version's layout (the handler logs say which); retry shortly."
