@@ -250,13 +250,22 @@ def request_body(source: str, what: str) -> dict[str, Any]:
             f"{source} is over the {limits.MAX_BODY_BYTES // 1024} KiB request limit:"
             f" split the {what} into several requests"
         )
+    return json_object(data, f"{source}: the {what} request")
+
+
+def json_object(data: str | bytes, what: str, option: str | None = None) -> dict[str, Any]:
+    """A JSON object given on the command line or in a file, or a usage error saying why."""
     try:
-        body = json.loads(data)
+        value = json.loads(data)
     except (ValueError, UnicodeDecodeError) as exc:
-        raise typer.BadParameter(f"{source} is not JSON: {exc}") from None
-    if not isinstance(body, dict):
-        raise typer.BadParameter(f"{source}: the {what} request is a JSON object")
-    return body
+        raise typer.BadParameter(f"{what} is not JSON: {exc}", param_hint=option) from None
+    except RecursionError:
+        raise typer.BadParameter(
+            f"{what} nests too deep (the bus takes {limits.MAX_NESTING} levels)", param_hint=option
+        ) from None
+    if not isinstance(value, dict):
+        raise typer.BadParameter(f"{what} is a JSON object, {{...}}", param_hint=option)
+    return value
 
 
 _stopping_set = False

@@ -19,6 +19,7 @@ from bus.cli.base import (
     TagsOpt,
     app,
     ask,
+    json_object,
     out,
     shown,
     when,
@@ -72,13 +73,7 @@ def _fields(rows: dict[str, Any], title: str) -> Table:
 def _preferences(value: str | None) -> dict[str, Any] | None:
     if value is None:
         return None
-    try:
-        prefs = json.loads(value)
-    except ValueError as exc:
-        raise typer.BadParameter(f"not JSON: {exc}", param_hint="--preferences") from None
-    if not isinstance(prefs, dict):
-        raise typer.BadParameter("a JSON object", param_hint="--preferences")
-    return prefs
+    return json_object(value, "the preferences", "--preferences")
 
 
 Preferences = Annotated[

@@ -24,6 +24,7 @@ from bus.cli.base import (
     ask,
     err,
     instant,
+    json_object,
     one_of,
     out,
     request_body,
@@ -316,12 +317,7 @@ def capture(
     as_json: AsJson = False,
 ) -> None:
     """Record one tool run as a searchable `trace` memory."""
-    try:
-        arguments = json.loads(args) if args else {}
-    except ValueError as exc:
-        raise typer.BadParameter(f"not JSON: {exc}", param_hint="--args") from None
-    if not isinstance(arguments, dict):
-        raise typer.BadParameter('a JSON object, e.g. \'{"path": "a.py"}\'', param_hint="--args")
+    arguments = json_object(args, "the arguments", "--args") if args else {}
 
     async def send(bus: MemoryBus) -> Any:
         mem = bus.agent(workflow_id=workflow, agent_id=agent, workspace=workspace)

@@ -510,3 +510,37 @@ def test_tail_stops_on_a_signal_when_started_with_sigint_ignored(
         finally:
             if proc.poll() is None:
                 proc.kill()
+
+
+def test_hostile_bodies_are_refused_before_anything_is_sent(
+    servers: Servers, ns: str, tmp_path: Path
+) -> None:
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    assert "nests too deep" in run(servers, ns, "apply", str(deep), code=2).stderr
+    assert (
+        "nests too deep"
+        in run(
+            servers, ns, "capture", "t", "--args", '{"a":' * 5000 + "1" + "}" * 5000, code=2
+        ).stderr
+    )
+    big = tmp_path / "big.json"
+    big.write_text('{"actions": [' + " " * 300_000 + "]}")
+    assert (
+        "over the 256 KiB request limit" in run(servers, ns, "reconcile", str(big), code=2).stderr
+    )
+    assert "cannot read" in run(servers, ns, "apply", str(tmp_path / "missing.json"), code=2).stderr
+    # Nested deeper than the bus takes, yet decodable here: the bus's own error, exit 1.
+    nested = {
+        "actions": [
+            {
+                "action": "add",
+                "type": "fact",
+                "content": "x",
+                "metadata": json.loads('{"a":' * 40 + "1" + "}" * 40),
+            }
+        ]
+    }
+    reply = js(servers, ns, "apply", "-", stdin=json.dumps(nested), code=1)
+    assert reply["code"] == "invalid_request" and "nests deeper" in reply["error"]
+    assert js(servers, ns, "list")["total"] == 0
