@@ -346,12 +346,3 @@ def record_table(m: Memory) -> Table:
             value = json.dumps(value, ensure_ascii=False)
         table.add_row(name, shown(value))
     return table
-
-
-def data_table(rows: list[dict[str, Any]], title: str, columns: tuple[str, ...]) -> Table:
-    table = Table(title=title, title_justify="left")
-    for name in columns:
-        table.add_column(name)
-    for row in rows:
-        table.add_row(*(shown(row.get(name, "")) for name in columns))
-    return table
