@@ -153,27 +153,43 @@ class DurableWrites:
             settings.stream_replicas, cluster_size(self.nc._server_info, given)
         )
         config = stream_config(settings.durable_duplicate_window_s, replicas)
-        try:
-            await self._create_stream(config)
+        deadline = asyncio.get_running_loop().time() + START_WITHIN_S
+        while True:
             try:
-                await self.js.add_consumer(DURABLE_STREAM, consumer_config())
-            except BadRequestError:
-                log.warning("durable.consumer_kept", consumer=DURABLE_CONSUMER, exc_info=True)
+                await self._open(config)
+                break
+            except (
+                ServiceUnavailableError,
+                NotFoundError,
+                nats.errors.NoRespondersError,
+                nats.errors.TimeoutError,
+            ) as exc:
+                # A cluster that restarts answers late, or not yet, after the stream is
+                # there (consumer, bind, info): wait that out as `_create_stream` does. A
+                # NATS without JetStream says so at once.
+                electing = isinstance(exc, ServiceUnavailableError) and exc.err_code == 10008
+                passing = electing or isinstance(exc, NotFoundError | nats.errors.TimeoutError)
+                if not passing or asyncio.get_running_loop().time() > deadline:
+                    log.warning("durable.off", reason=f"JetStream is not available: {exc!r}")
+                    return False
+                log.info("durable.waiting_for_jetstream", error=repr(exc))
+                await asyncio.sleep(0.5)
+        log.info("durable.on", stream=DURABLE_STREAM, consumer=DURABLE_CONSUMER, replicas=replicas)
+        return True
+
+    async def _open(self, config: api.StreamConfig) -> None:
+        """The stream, the shared consumer, and this handler's pull subscription to it."""
+        await self._create_stream(config)
+        try:
+            await self.js.add_consumer(DURABLE_STREAM, consumer_config())
+        except BadRequestError:
+            log.warning("durable.consumer_kept", consumer=DURABLE_CONSUMER, exc_info=True)
+        if self._sub is None:
             self._sub = await self.js.pull_subscribe_bind(
                 durable=DURABLE_CONSUMER, stream=DURABLE_STREAM
             )
-            info = await self.js.stream_info(DURABLE_STREAM)
-            self._created_us = _micros(info.created)
-        except (
-            ServiceUnavailableError,
-            NotFoundError,
-            nats.errors.NoRespondersError,
-            nats.errors.TimeoutError,
-        ) as exc:
-            log.warning("durable.off", reason=f"JetStream is not available: {exc!r}")
-            return False
-        log.info("durable.on", stream=DURABLE_STREAM, consumer=DURABLE_CONSUMER, replicas=replicas)
-        return True
+        info = await self.js.stream_info(DURABLE_STREAM)
+        self._created_us = _micros(info.created)
 
     async def _create_stream(self, config: api.StreamConfig) -> None:
         """Create the stream, or bring an existing one to `config` (its replicas too),
