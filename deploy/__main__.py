@@ -16,6 +16,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, TypeVar
 
+from bus.errors import BusError
 from deploy.demo import run_demo
 from deploy.embedded import EmbeddedError, EmbeddedStack, claim_port, wait_for_handlers
 
@@ -207,7 +208,13 @@ def main(argv: list[str] | None = None) -> int:
         signals.run(wait_for_handlers(stack.nats_url, args.handlers, procs))
         print(f"{args.handlers} handlers serve mem.*.<op> in queue group 'memory'")
         if not args.no_demo:
-            signals.run(run_demo(stack.nats_url))
+            try:
+                signals.run(run_demo(stack.nats_url))
+            except BusError as exc:
+                # The bus itself is up: say what the demo met, not a traceback, and serve.
+                print(f"the demo stopped: ({exc.code}) {exc.message}", file=sys.stderr)
+                if args.demo_only:
+                    return 1
         if args.demo_only:
             return 0
         serving = True  # from here on a signal is how `up` ends

@@ -358,3 +358,18 @@ async def _while_loading(up: Up, nats_url: str) -> tuple[list[str], bool]:
             except Unavailable:
                 await asyncio.sleep(0.2)
     return refused, False
+
+
+def test_a_demo_the_bus_refuses_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    # The demo's namespace written with 384-dimension vectors, then handlers that embed with
+    # 256: the bus answers `unavailable` with what to do, and `up` says it in one line.
+    ports = ("--handlers", "1", "--nats-port", "0", "--redis-port", "0", "--demo-only")
+    first = Up(tmp_path, *ports)
+    done = "".join(first.wait(timeout=110))
+    assert first.proc.returncode == 0, done
+    again = Up(tmp_path, *ports, env={"MEMBUS_HASH_DIMENSION": "256"})
+    said = "".join(again.wait(timeout=110))
+    assert again.proc.returncode == 1, said
+    assert re.search(r"the demo stopped: \(unavailable\) Namespace 'demo' holds hash", said), said
+    assert "Traceback" not in said
+    assert "stopped: handlers, Redis Stack, NATS" in said
