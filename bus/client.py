@@ -964,6 +964,7 @@ class AgentMemory:
         mode: Literal["compact"] = "compact",
         include_superseded: bool = False,
         as_of: datetime | None = None,
+        workspace: str | None = None,
     ) -> CompactTimelineReply: ...
 
     @overload
@@ -978,6 +979,7 @@ class AgentMemory:
         mode: Literal["full"],
         include_superseded: bool = False,
         as_of: datetime | None = None,
+        workspace: str | None = None,
     ) -> TimelineReply: ...
 
     async def timeline(
@@ -991,9 +993,11 @@ class AgentMemory:
         mode: Literal["compact", "full"] = "compact",
         include_superseded: bool = False,
         as_of: datetime | None = None,
+        workspace: str | None = None,
     ) -> TimelineReply | CompactTimelineReply:
-        """The memories just before and after `anchor` (an id) in this agent's scope,
-        oldest first; `reply.memories[reply.anchor_index]` is the anchor."""
+        """The memories just before and after `anchor` (an id) in this agent's scope (and
+        workspace: the handle's unless given), oldest first;
+        `reply.memories[reply.anchor_index]` is the anchor."""
         req = _build(
             TimelineRequest,
             anchor=anchor,
@@ -1005,6 +1009,7 @@ class AgentMemory:
             mode=mode,
             include_superseded=include_superseded,
             as_of=as_of,
+            workspace=workspace or self._workspace,
             context=self._context,
         )
         reply_type = TimelineReply if mode == "full" else CompactTimelineReply

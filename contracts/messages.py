@@ -411,6 +411,9 @@ class TimelineRequest(Request, kw_only=True):
     # v3: read as of this instant: only memories valid then (superseded ones included if
     # they were); without it, current memories only.
     as_of: datetime | None = None
+    # Only memories of this workspace, as `list` reads it (the anchor too); without a
+    # `workflow_id`, all of them, whatever workflow wrote them.
+    workspace: Name | None = None
 
 
 class PeopleRequest(Request, kw_only=True):

@@ -255,6 +255,7 @@ def timeline(
     workflow: Workflow = None,
     type: Types = None,
     scope: Scope = "both",
+    workspace: WorkspaceOpt = None,
     as_of: AsOf = None,
     include_superseded: IncludeSuperseded = False,
     nats_url: NatsUrl = DEFAULT_URL,
@@ -275,6 +276,7 @@ def timeline(
             mode="full",
             as_of=at,
             include_superseded=include_superseded,
+            workspace=workspace,
         ),
         as_json=as_json,
     )

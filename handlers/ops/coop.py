@@ -31,6 +31,11 @@ NEWEST_IDS = 5
 
 
 def _sees(scope: ReadScope, rec: Record) -> bool:
+    if scope.workspace is not None:
+        if rec.workspace != scope.workspace:
+            return False
+        if scope.workflow_id is None and not scope.general:
+            return True  # a workspace alone: all of its memories (`read_scope`)
     if rec.workflow_id is None:
         return scope.general
     return rec.workflow_id == scope.workflow_id
@@ -47,7 +52,7 @@ async def timeline(
 ) -> TimelineReply | CompactTimelineReply:
     check_types(deps.settings.types, req.types)
     now = deps.clock()
-    scope = read_scope(req.scope, req.workflow_id, stores=deps.access.stores)
+    scope = read_scope(req.scope, req.workflow_id, req.workspace, deps.access.stores)
     anchor = await deps.store.read(ns, req.anchor, now)
     if anchor is None or not deps.access.sees(anchor.store) or not _sees(scope, anchor):
         raise NotFound(

@@ -288,8 +288,10 @@ def test_workspaces_and_states(servers: Servers, ns: str) -> None:
     assert js(servers, ns, "state", "list", "Shop")["data"] == []
     assert len(js(servers, ns, "state", "list", "Shop", "--archived")["data"]) == 1
 
-    js(servers, ns, "add", "fact", "In the shop", "--workspace", "Shop")
+    inside = js(servers, ns, "add", "fact", "In the shop", "--workspace", "Shop")["id"]
     js(servers, ns, "add", "fact", "Outside it")
+    around = js(servers, ns, "timeline", inside, "--workspace", "Shop", "-t", "fact")
+    assert [m["content"] for m in around["memories"]] == ["In the shop"]
     assert [
         m["content"]
         for m in js(servers, ns, "list", "--workspace", "Shop", "-t", "fact")["memories"]

@@ -327,6 +327,30 @@ async def test_memories_in_a_workspace_and_the_workspace_filter(bus: MemoryBus) 
         assert outside.id not in {r.id for r in recalled.results}
 
 
+async def test_a_timeline_in_a_workspace_reads_as_list_does(bus: MemoryBus) -> None:
+    await bus.create_workspace("Alpha", **WS)
+    a1 = bus.agent(workflow_id="wf_1", workspace="Alpha")
+    a2 = bus.agent(workflow_id="wf_2", workspace="Alpha")
+    plain = bus.agent(workflow_id="wf_1")
+    first = await a1.add("decision", "alpha step one", scope="workflow")
+    await plain.add("decision", "outside step", scope="workflow")
+    second = await a2.add("decision", "alpha step two", scope="workflow")
+    third = await a1.add("decision", "alpha step three", scope="workflow")
+
+    # The workspace alone: all of its memories, whatever workflow wrote them.
+    whole = await bus.agent(workspace="Alpha").timeline(second.id, mode="full")
+    assert [m.id for m in whole.memories] == [first.id, second.id, third.id]
+    # A workflow in the workspace: its memories there; the other workflow's anchor is not
+    # in that scope.
+    mine = await bus.agent(workflow_id="wf_1").timeline(first.id, workspace="Alpha")
+    assert [m.id for m in mine.memories] == [first.id, third.id]
+    with pytest.raises(NotFound):
+        await a1.timeline(second.id)
+    # Without a workspace the outside memory is a neighbour again.
+    everywhere = await plain.timeline(first.id)
+    assert len(everywhere.memories) == 3
+
+
 async def test_search_memory_the_seed_way(bus: MemoryBus, alpha: AgentMemory) -> None:
     """`search` with `types: [state, trace]` and a workspace is the seed's searchMemory."""
     await alpha.create_state("Auth", **STATE)

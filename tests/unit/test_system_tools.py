@@ -11,6 +11,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 HIDDEN = {"chromium", "tmux", "node", "nodejs", "npm"}
 
+
 def bin_without(tmp: Path, hidden: set[str], fakes: dict[str, str] | None = None) -> Path:
     """A PATH directory with every command of this PATH but `hidden`, and `fakes` (scripts)."""
     bindir = tmp / "bin"

@@ -876,6 +876,7 @@ export const SHAPES: Readonly<Record<string, Shape>> = {
       mode: ["mode", 0],
       include_superseded: ["includeSuperseded", 0],
       as_of: ["asOf", 0],
+      workspace: ["workspace", 0],
     },
   },
   UpdateReply: {

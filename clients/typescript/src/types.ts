@@ -1252,6 +1252,8 @@ export interface TimelineRequest {
   includeSuperseded?: boolean;
   /** RFC 3339 date-time. Default: `null`. Wire: `as_of`. */
   asOf?: string | Date | null;
+  /** 1..128 characters. Default: `null`. */
+  workspace?: string | null;
 }
 
 export interface UpdateReply {
