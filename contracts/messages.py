@@ -870,6 +870,9 @@ class DescribeReply(Reply, kw_only=True):
     superseded_count: int = 0
     # More distinct tags than `limits.MAX_DESCRIBE_TAGS` (the first ones, sorted, are listed).
     tags_truncated: bool = False
+    # Of `total`, the memories forgotten once no read returns them for a while (`idle_ttl_s`,
+    # v3); null while the namespace's counts are being rebuilt.
+    idle_count: int | None = 0
 
 
 class ListReply(Reply, kw_only=True):

@@ -91,6 +91,8 @@ def describe_table(d: DescribeReply) -> Table:
     table.add_row("memories", str(d.total))
     # list and search leave these out: say so, or the two totals seem to disagree.
     table.add_row("superseded", f"{d.superseded_count} (left out of list and search)")
+    idle = "not known now (counting)" if d.idle_count is None else str(d.idle_count)
+    table.add_row("idle-bounded", f"{idle} (forgotten once unread for their idle_ttl_s)")
     by_type = ", ".join(f"{t}: {n}" for t, n in sorted(d.by_type.items()))
     table.add_row("by type", shown(by_type) or "-")
     table.add_row("workflow / general", f"{d.workflow_count} / {d.general_count}")

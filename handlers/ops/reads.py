@@ -42,6 +42,7 @@ async def describe(ns: str, req: DescribeRequest, deps: Deps) -> DescribeReply:
         workflow_count=seen.workflow_count,
         general_count=seen.general_count,
         superseded_count=seen.superseded_count,
+        idle_count=seen.idle_count,
         oldest=ms_to_dt(seen.oldest) if seen.oldest is not None else None,
         newest=ms_to_dt(seen.newest) if seen.newest is not None else None,
         embedder=meta.embedder,

@@ -52,9 +52,10 @@ end
 # What `describe` counts of each memory, kept by every write (docs/protocol.md, "describe"):
 # the namespace's tallies, under the prefix p (keys.tally_prefix). p..'d' holds, per memory
 # id, the description it is counted under (JSON: type, store, workspace tag, workflow,
-# general flag, tags, created, expires, superseded flag); p..'h:'..side a hash of counts per
-# side (g: general; w:<workflow>; s:<workspace tag>, every memory of a workspace), keyed by
-# JSON ['n', store, wsh, type, superseded, general] and ['t', store, wsh, tag]; p..'o:'..sha1
+# general flag, tags, created, expires, superseded flag, validity from and until, idle flag);
+# p..'h:'..side a hash of counts per side (g: general; w:<workflow>; s:<workspace tag>, every
+# memory of a workspace), keyed by JSON ['n', store, wsh, type, superseded, general],
+# ['t', store, wsh, tag] and ['i', store, wsh] (those with `idle_ttl_s`); p..'o:'..sha1
 # of (side, store, wsh, superseded) those memories by created_at (oldest, newest, and `list`'s
 # pages); p..'x' the
 # expiring ones by expires_at, settled once their time has passed (`settle`); p..'n' the
@@ -64,10 +65,11 @@ end
 _TALLY = """
 local function tally_desc(rec, now)
   local f = redis.call('HMGET', rec, '$type', '$store', 'wsh', '$workflow_id', 'general',
-    '$tags', '$created_at', '$expires_at', 'superseded', 'vf', 'vu')
+    '$tags', '$created_at', '$expires_at', 'superseded', 'vf', 'vu', '$idle_ttl_s')
   if not f[1] or not f[8] or tonumber(f[8]) <= now then return false end
+  local idle = (tonumber(f[12] or '') or 0) > 0 and '1' or ''
   return {f[1], f[2] or '', f[3] or '', f[4] or '', f[5] == '1' and '1' or '0', f[6] or '',
-    f[7] or '0', f[8], f[9] == '1' and '1' or '', f[10] or '', f[11] or ''}
+    f[7] or '0', f[8], f[9] == '1' and '1' or '', f[10] or '', f[11] or '', idle}
 end
 -- v3: a side's memories of one store and workspace tag by the start (kind 'f') and the end
 -- ('u', ended ones only) of their validity, for `as_of` counts (AS_OF_NEWEST_LUA).
@@ -104,6 +106,7 @@ local function tally_apply(p, id, d, sign)
     for tag in string.gmatch(d[6], '[^,]+') do
       fields[#fields + 1] = cjson.encode({'t', store, wsh, tag})
     end
+    if d[12] == '1' then fields[#fields + 1] = cjson.encode({'i', store, wsh}) end
     for _, field in ipairs(fields) do
       if redis.call('HINCRBY', h, field, sign) <= 0 then redis.call('HDEL', h, field) end
     end

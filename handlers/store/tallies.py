@@ -55,6 +55,9 @@ class Overview(NamedTuple):
     superseded_count: int
     oldest: int | None
     newest: int | None
+    # Of the memories counted, those forgotten once idle (`idle_ttl_s`); None when not
+    # known (an aggregation, which cannot tell them apart).
+    idle_count: int | None = None
 
     @classmethod
     def of(cls, groups: list[TypeGroup]) -> Overview:
@@ -139,7 +142,7 @@ class Tallies:
 
         by_type: dict[str, int] = {}
         tags: set[str] = set()
-        general = workflow = superseded = 0
+        general = workflow = superseded = idle = 0
         oldest: list[int] = []
         newest: list[int] = []
         for counts, bounds in raw:
@@ -149,6 +152,9 @@ class Tallies:
                     continue
                 if kind == "t":
                     tags.add(rest[0])
+                    continue
+                if kind == "i":
+                    idle += n
                     continue
                 type_, flag, general_flag = rest
                 by_type[type_] = by_type.get(type_, 0) + n
@@ -161,7 +167,8 @@ class Tallies:
                 if wanted(text(store), text(memory_wsh)) and first:
                     oldest.append(int(float(first)))
                     newest.append(int(float(last)))
-        return Overview.made(by_type, tags, (general, workflow, superseded), oldest, newest)
+        seen = Overview.made(by_type, tags, (general, workflow, superseded), oldest, newest)
+        return seen._replace(idle_count=idle)
 
     async def total(self, ns: str) -> int | None:
         """How many memories the namespace holds (those expired since the last write or

@@ -94,6 +94,8 @@ def test_add_with_v3_fields_then_update_then_delete(servers: Servers, ns: str) -
     mid = added["id"]
     got = js(servers, ns, "get", mid)["memories"][0]
     assert got["idle_ttl_s"] == 3600 and got["title"] == "API host"
+    assert js(servers, ns, "describe")["idle_count"] == 1
+    assert re.search(r"idle-bounded\s+│ 1 ", out(servers, ns, "describe"))
     assert got["valid_from"].startswith(start[:16]) and got["valid_until"].startswith(end[:16])
 
     updated = js(

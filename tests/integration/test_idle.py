@@ -124,3 +124,23 @@ async def test_export_and_import_keep_it_idle(bus: MemoryBus, wf123: AgentMemory
     got = (await other.agent(workflow_id="wf_123").get([added.id])).memories[0]
     assert got.idle_ttl_s == 3600
     assert got.expires_at is not None and got.expires_at > datetime.now(UTC)
+
+
+async def test_describe_counts_the_idle_bounded_memories_of_its_scope(
+    bus: MemoryBus, wf123: AgentMemory
+) -> None:
+    assert (await wf123.describe()).idle_count == 0
+    idle = await wf123.add("context", "scratch that goes once unread", idle_ttl_s=600)
+    await wf123.add("context", "scratch with a plain ttl", ttl_s=600)
+    await wf123.add("user_pref", "general and idle", idle_ttl_s=3600)
+    await bus.agent(workflow_id="wf_other").add("context", "elsewhere", idle_ttl_s=600)
+    seen = await wf123.describe()
+    assert (seen.total, seen.idle_count) == (3, 2)
+    assert (await wf123.describe(scope="workflow")).idle_count == 1
+    assert (await bus.agent().describe()).idle_count == 1  # the general one
+    # Reads push its expiry (a retally of the same memory): still counted once.
+    await wf123.get([idle.id])
+    await wf123.search("scratch")
+    assert (await wf123.describe()).idle_count == 2
+    await wf123.delete([idle.id])
+    assert (await wf123.describe()).idle_count == 1

@@ -250,7 +250,7 @@ async def test_the_overview_and_the_list_say_what_their_counts_count(
     mem = bus.agent(workflow_id="wf_counts", agent_id="architect")
     now = datetime.now(UTC)
     old = await mem.add("decision", "Keep sessions in Redis")
-    await mem.add("fact", "Sessions last 30 minutes")
+    await mem.add("fact", "Sessions last 30 minutes", idle_ttl_s=3600)
     await mem.add("decision", "Keep sessions in Postgres", supersedes=[old.id])
     # Ended (v3): describe counts it with the superseded ones, the list leaves it out.
     await mem.add(
@@ -264,6 +264,9 @@ async def test_the_overview_and_the_list_say_what_their_counts_count(
     await expect(page.get_by_test_id("stat-total")).to_have_text("4")
     await expect(page.get_by_test_id("stat-superseded")).to_have_text(
         "2 superseded or ended, left out of the list"
+    )
+    await expect(page.get_by_test_id("stat-idle")).to_have_text(
+        "1 idle-bounded, forgotten once unread"
     )
     await expect(page.get_by_test_id("list-count")).to_have_text("2 current")
     await page.get_by_test_id("superseded").check()

@@ -260,6 +260,14 @@
     $("stat-superseded").textContent = d.superseded_count
       ? `${d.superseded_count} superseded or ended, left out of the list`
       : "";
+    // Idle-bounded: forgotten once no read returns them for their idle_ttl_s (null: the
+    // bus is recounting and cannot say now).
+    $("stat-idle").textContent =
+      d.idle_count === null || d.idle_count === undefined
+        ? ""
+        : d.idle_count
+          ? `${d.idle_count} idle-bounded, forgotten once unread`
+          : "";
     $("stat-workflow").textContent = String(d.workflow_count);
     $("stat-general").textContent = String(d.general_count);
     $("stat-oldest").textContent = fmt(d.oldest);

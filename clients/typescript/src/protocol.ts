@@ -355,6 +355,7 @@ export const SHAPES: Readonly<Record<string, Shape>> = {
       dimension: ["dimension", 0],
       superseded_count: ["supersededCount", 0, 0],
       tags_truncated: ["tagsTruncated", 0, false],
+      idle_count: ["idleCount", 0, 0],
     },
   },
   DescribeRequest: {

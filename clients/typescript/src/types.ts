@@ -455,6 +455,8 @@ export interface DescribeReply {
   supersededCount: number;
   /** Default: `false`. Wire: `tags_truncated`. */
   tagsTruncated: boolean;
+  /** Default: `0`. Wire: `idle_count`. */
+  idleCount: number | null;
 }
 
 export interface DescribeRequest {

@@ -78,6 +78,7 @@ test("a reply's fields come camelCase, with the schema's defaults, and maps keep
     someNewField: { keep_me: 1 },
     supersededCount: 0,
     tagsTruncated: false,
+    idleCount: 0,
   });
   const entry = fromWire({ event: "updated", at: "2026-01-01T00:00:00Z", changes: { valid_until: { old: null, new: "x" } } }, "HistoryEntry");
   assert.deepEqual(entry.changes, { valid_until: { old: null, new: "x" } });
