@@ -155,6 +155,7 @@ FIELD_TEXTS: dict[str, dict[str, str]] = {
         "mode": '"compact" (default) previews, or "full" records.',
         "include_superseded": _SUPERSEDED,
         "as_of": _AS_OF,
+        "workspace": _WORKSPACE_FILTER,
     },
     "memory_history": {"id": _ID},
     "memory_people": {

@@ -433,6 +433,7 @@ _NAMED: dict[str, dict[str, object]] = {
     "list": {"workspace": _NFD, "people": [_NFD]},
     "recall": {"message": "x", "session_id": "s1", "workspace": _NFD, "people": [_NFD]},
     "people": {"query": _NFD},
+    "timeline": {"anchor": "01HZX0000000000000000000AA", "workspace": _NFD},
     "create_workspace": {"name": _NFD, "description": "d", "root_folder": "/", "purpose": "p"},
     "load_workspace": {"name": _NFD},
     "update_workspace": {"name": _NFD, "description": "d"},
