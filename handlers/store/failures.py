@@ -5,7 +5,7 @@ from other query errors."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 
 import redis.exceptions
 import structlog
@@ -30,9 +30,17 @@ _CLUSTER_SETTLING = (
 )
 
 
-def is_connection_error(exc: BaseException) -> bool:
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """A failure and what caused it, outermost first (wrappers such as redisvl's hide the
+    Redis error below)."""
     seen: BaseException | None = exc
     while seen is not None:
+        yield seen
+        seen = seen.__cause__ or seen.__context__
+
+
+def is_connection_error(exc: BaseException) -> bool:
+    for seen in _chain(exc):
         if isinstance(seen, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError):
             return True
         if isinstance(seen, (OSError, ConnectionError, *_CLUSTER_SETTLING)):
@@ -41,7 +49,6 @@ def is_connection_error(exc: BaseException) -> bool:
             # redis-py's cluster client, writing to a connection that its node's failure
             # just tore down, trips over the writer it set to None.
             return True
-        seen = seen.__cause__ or seen.__context__
     return False
 
 
@@ -70,9 +77,8 @@ def is_pool_exhausted(exc: BaseException) -> bool:
 def redis_error_kind(exc: BaseException) -> str | None:
     """What kind of Redis error (connection, timeout, pool_exhausted, response) caused a
     failure, for the handler's metrics; None when no Redis error is in its chain."""
-    seen: BaseException | None = exc
     found: str | None = None
-    while seen is not None:
+    for seen in _chain(exc):
         if is_pool_exhausted(seen):
             return "pool_exhausted"
         if isinstance(seen, redis.exceptions.TimeoutError):
@@ -81,7 +87,6 @@ def redis_error_kind(exc: BaseException) -> str | None:
             return "connection"
         if found is None and isinstance(seen, redis.exceptions.RedisError | RedisSearchError):
             found = "response"  # unless a wrapper (redisvl's) hides a lost connection below
-        seen = seen.__cause__ or seen.__context__
     return found
 
 
@@ -97,12 +102,7 @@ LOADING = (
 def is_loading(exc: BaseException) -> bool:
     """Whether Redis refused a command because it is still loading its data set (LOADING:
     redis-py's BusyLoadingError, a ConnectionError), anywhere in the failure's chain."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, redis.exceptions.BusyLoadingError):
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False
+    return any(isinstance(seen, redis.exceptions.BusyLoadingError) for seen in _chain(exc))
 
 
 def as_unavailable(exc: BaseException) -> Unavailable | None:
