@@ -8,7 +8,17 @@ import inspect
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
 from datetime import datetime
-from typing import Any, Concatenate, Literal, ParamSpec, TypedDict, TypeVar, Unpack, overload
+from typing import (
+    Any,
+    Concatenate,
+    Literal,
+    ParamSpec,
+    Self,
+    TypedDict,
+    TypeVar,
+    Unpack,
+    overload,
+)
 
 import msgspec
 import nats
@@ -243,7 +253,7 @@ class MemoryBus:
         connect_within: float = 10.0,
         trust: str = FULL_TRUST,
         **nats_options: Any,
-    ) -> MemoryBus:
+    ) -> Self:
         """Connect to NATS (or reuse `nc`, which the bus then does not close). Once
         connected, the client reconnects for ever; the first connection must succeed within
         `connect_within` seconds, else `Unavailable`.

@@ -12,7 +12,7 @@ import signal
 import sys
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from datetime import datetime
-from typing import Annotated, Any, Literal, NoReturn, TypeVar, cast
+from typing import Annotated, Any, Literal, TypeVar, cast
 
 import msgspec
 import typer
@@ -152,18 +152,20 @@ class _Recording(MemoryBus):
     """The SDK's connection, keeping each reply as it came, so that `--json` prints the
     bus's own bytes (error replies too) rather than a re-encoding of what the SDK decoded."""
 
-    replies: list[bytes]
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.replies: list[bytes] = []
 
     async def _send(
         self, op: str, subject: str, body: Any, headers: dict[str, str] | None
     ) -> bytes:
         data = await super()._send(op, subject, body, headers)
-        self.__dict__.setdefault("replies", []).append(data)
+        self.replies.append(data)
         return data
 
 
 @contextlib.asynccontextmanager
-async def connected(url: str, namespace: str, timeout: float = 10.0) -> AsyncIterator[MemoryBus]:
+async def connected(url: str, namespace: str, timeout: float = 10.0) -> AsyncIterator[_Recording]:
     bus = await _Recording.connect(url, namespace=namespace, timeout=timeout, connect_within=5.0)
     try:
         yield bus
@@ -171,18 +173,19 @@ async def connected(url: str, namespace: str, timeout: float = 10.0) -> AsyncIte
         await bus.close()
 
 
-def fail(exc: BusError) -> NoReturn:
-    err.print(f"[red]error[/] ({shown(exc.code)}): {shown(exc.message)}", soft_wrap=True)
-    raise typer.Exit(1)
-
-
-def run(work: Callable[[], Coroutine[Any, Any, T]]) -> T:
-    """Run one command's coroutine; a bus error ends the command with its message, exit 1."""
+def run(
+    work: Callable[[], Coroutine[Any, Any, T]], on_error: Callable[[], None] | None = None
+) -> T:
+    """Run one command's coroutine; a bus error ends the command with its message, exit 1
+    (after `on_error`)."""
     stop_on_signals()
     try:
         return asyncio.run(work())
     except BusError as exc:
-        fail(exc)
+        if on_error is not None:
+            on_error()
+        err.print(f"[red]error[/] ({shown(exc.code)}): {shown(exc.message)}", soft_wrap=True)
+        raise typer.Exit(1) from None
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
 
@@ -205,17 +208,13 @@ def ask(
             try:
                 return await call(bus)
             finally:
-                replies.extend(bus.__dict__.get("replies", []))
+                replies.extend(bus.replies)
 
-    stop_on_signals()
-    try:
-        result = asyncio.run(work())
-    except BusError as exc:
+    def error_reply() -> None:
         if as_json and replies:
             print_raw(replies[-1])  # the error reply, as it came
-        fail(exc)
-    except KeyboardInterrupt:
-        raise typer.Exit(130) from None
+
+    result = run(work, error_reply)
     if as_json:
         if len(replies) == 1:
             print_raw(replies[0])
@@ -268,16 +267,9 @@ def json_object(data: str | bytes, what: str, option: str | None = None) -> dict
     return value
 
 
-_stopping_set = False
-
-
 def stop_on_signals() -> None:
     """Ctrl-C stops a command even when the shell started it with SIGINT ignored (in the
     background of a script), and SIGTERM stops it the same way."""
-    global _stopping_set
-    if _stopping_set:
-        return
-    _stopping_set = True
     with contextlib.suppress(ValueError):  # not the main thread (a test's runner)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, _interrupt)

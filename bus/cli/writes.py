@@ -331,8 +331,8 @@ def capture(
     _print_added(reply, as_json, quiet, None, "trace")
 
 
-def _body(source: str | None, what: str, defaults: dict[str, str | None]) -> bytes:
-    body = request_body(source, what) if source is not None else {}
+def _with_defaults(body: dict[str, Any], defaults: dict[str, str | None]) -> bytes:
+    """A request body with the options given filling what it leaves out, as sent."""
     for name, value in defaults.items():
         if value is not None:
             body.setdefault(name, value)
@@ -365,11 +365,10 @@ def reconcile(
     if (file is None) == (not fact):
         raise typer.BadParameter("give FILE (or - for standard input), or --fact")
     if file is not None:
-        data = _body(file, "reconcile", {"workflow_id": workflow, "workspace": workspace})
+        body = request_body(file, "reconcile")
     else:
-        facts = [{"content": text} for text in fact or ()]
-        data = _body(None, "reconcile", {"workflow_id": workflow, "workspace": workspace})
-        data = json.dumps({**json.loads(data), "facts": facts}).encode()
+        body = {"facts": [{"content": text} for text in fact or ()]}
+    data = _with_defaults(body, {"workflow_id": workflow, "workspace": workspace})
     reply = ask(
         nats_url,
         namespace,
@@ -407,7 +406,7 @@ def apply(
     """Write several actions (add, update, supersede, delete) at once: all of them, or none
     when one is refused (the error names its index). FILE holds {"actions": [...]}."""
     defaults = {"workflow_id": workflow, "agent_id": agent, "workspace": workspace}
-    data = _body(file, "apply", defaults)
+    data = _with_defaults(request_body(file, "apply"), defaults)
     reply = ask(
         nats_url,
         namespace,
