@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from conftest import Servers
+from procs import alive, descendants
 from typer.main import get_command
 from typer.testing import CliRunner
 
@@ -381,36 +382,6 @@ def test_capture_and_people(servers: Servers, ns: str) -> None:
     assert [p["name"] for p in people] == ["Ada Lovelace"]
 
 
-def _children(pid: int) -> set[int]:
-    """Every process descended from `pid`, from /proc."""
-    parents: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
-    found: set[int] = set()
-    frontier = {pid}
-    while frontier:
-        frontier = {p for p, parent in parents.items() if parent in frontier} - found
-        found |= frontier
-    return found
-
-
-def _alive(pids: set[int]) -> set[int]:
-    alive = set()
-    for pid in pids:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state != "Z":
-            alive.add(pid)
-    return alive
-
-
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_membus_up_stops_its_whole_stack_on_a_signal_even_with_sigint_ignored(
     tmp_path: Path, sig: signal.Signals
@@ -441,7 +412,7 @@ def test_membus_up_stops_its_whole_stack_on_a_signal_even_with_sigint_ignored(
         for line in proc.stdout:
             if "The bus is up" in line:
                 break
-        stack = _children(proc.pid)
+        stack = descendants(proc.pid)
         assert len(stack) >= 4, stack  # deploy, nats-server, valkey-server, a handler
         proc.send_signal(sig)
         rest = proc.communicate(timeout=60)[0]
@@ -450,9 +421,10 @@ def test_membus_up_stops_its_whole_stack_on_a_signal_even_with_sigint_ignored(
             proc.kill()
     assert "stopped: handlers, Redis Stack, NATS" in rest
     deadline = time.monotonic() + 10
-    while _alive(stack) and time.monotonic() < deadline:
+    while any(alive(p) for p in stack) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not _alive(stack), [Path(f"/proc/{p}/cmdline").read_bytes() for p in _alive(stack)]
+    left = [p for p in stack if alive(p)]
+    assert not left, [Path(f"/proc/{p}/cmdline").read_bytes() for p in left]
     assert re.search(r"\S", rest)
 
 

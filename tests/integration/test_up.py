@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import redis
+from procs import alive
 from slow_loading import LOAD_SLOWLY, fill_for_slow_loading
 
 from bus import MemoryBus, Unavailable
@@ -215,15 +216,6 @@ def test_the_embedded_redis_runs_on_jemalloc_and_libc_when_asked(
     assert not mapped("libc")
 
 
-def _alive(pid: int) -> bool:
-    """Whether process `pid` runs (a zombie, dead but not yet reaped, does not)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
 def _ignores(pid: int, sig: int) -> bool:
     """Whether process `pid` ignores `sig` (its SigIgn mask in /proc)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -258,7 +250,7 @@ def test_up_started_with_sigint_ignored_stops_on_either_signal_with_every_child(
         if up.proc.poll() is None:
             os.killpg(up.proc.pid, signal.SIGKILL)
         rest = up.wait()
-        left = [pid for pid in children if _alive(pid)]
+        left = [pid for pid in children if alive(pid)]
         for pid in left:  # orphans of a failed run: not to outlive the test
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
