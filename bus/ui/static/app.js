@@ -332,7 +332,12 @@
 
   // ---------------------------------------------------------------- list
 
+  // Each load is numbered: when filters change faster than the bus answers, the replies may
+  // come back out of order, and only the newest request's may be shown.
+  let listLoads = 0;
+
   async function loadList() {
+    const mine = ++listLoads;
     const reply = await api("/api/list", {
       ...readParams(),
       type: view.type,
@@ -341,6 +346,7 @@
       limit: PAGE,
       offset: view.offset,
     });
+    if (mine !== listLoads) return;
     const list = clear($("memory-list"));
     list.append(...reply.memories.map((m) => memoryItem(m)));
     if (!reply.memories.length) list.append(el("li", { className: "empty" }, "Nothing here."));
