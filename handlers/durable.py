@@ -305,8 +305,9 @@ class DurableWrites:
             await self._reject(msg, ns, op, request_id, error)
 
     async def _replicated(self, msg: Msg, ns: str, op: str) -> bool:
-        """Whether a Redis replica has every write so far (True without replicas); if not,
-        the message is retried (see `replicas.Replicas`)."""
+        """Whether the Redis replicas the deployment declares have every write so far (True
+        where it declares none); if not, the message is retried, and its redelivery, finding
+        the write applied, waits again before it is acknowledged (see `replicas`)."""
         try:
             if await self.deps.store.replicas.reached(ns):
                 return True

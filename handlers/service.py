@@ -272,7 +272,13 @@ def make_deps(
     """What the operations share, built once per process (tests build theirs with this too)."""
     return Deps(
         settings=settings,
-        store=Store(client, embedder.name, embedder.dimension, settings.pool_max),
+        store=Store(
+            client,
+            embedder.name,
+            embedder.dimension,
+            settings.pool_max,
+            settings.replicas_required,
+        ),
         embedder=embedder,
         publish=publish,
         clock=now_ms,

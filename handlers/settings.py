@@ -98,6 +98,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     # Copies JetStream keeps of the durable-write stream: 0 for as many as the NATS cluster
     # has servers, up to 3 (1 on a single server).
     stream_replicas: Annotated[int, msgspec.Meta(ge=0, le=5)] = 0
+    # How many Redis replicas must hold a durable write before it is acknowledged; unset:
+    # what the deployment declares (a cluster's node table, a primary's
+    # min-replicas-to-write; see `handlers.store.replicas`). 0: never wait.
+    replicas_required: Annotated[int, msgspec.Meta(ge=0, le=16)] | None = None
     # A recall session's state lives this long after its last turn.
     recall_session_ttl_s: Annotated[int, msgspec.Meta(ge=1)] = 24 * 3600
     # How long a deleted memory's history stays readable.

@@ -105,10 +105,33 @@ def is_loading(exc: BaseException) -> bool:
     return any(isinstance(seen, redis.exceptions.BusyLoadingError) for seen in _chain(exc))
 
 
+# A primary that refuses writes until enough replicas are linked (its min-replicas-to-write:
+# NOREPLICAS), or a server that was made a replica (READONLY).
+REFUSED_FOR_NOW = (
+    "The memory store (Redis) refused the write: its primary has too few replicas linked, or"
+    " is a replica now (a failover or a network split); retry shortly: it accepts writes"
+    " again once a replica is back or the failover is over."
+)
+
+
+def is_refused_for_now(exc: BaseException) -> bool:
+    """Whether Redis refused a write for want of replicas or for being a replica now (in
+    a script's error too, where the reply names the first error of the command inside)."""
+    for seen in _chain(exc):
+        if isinstance(seen, redis.exceptions.ReadOnlyError):
+            return True
+        if isinstance(seen, redis.exceptions.ResponseError) and (
+            "NOREPLICAS" in str(seen) or str(seen).startswith("READONLY")
+        ):
+            return True
+    return False
+
+
 def as_unavailable(exc: BaseException) -> Unavailable | None:
     """What a Redis failure means to the caller: `unavailable` (safe to retry) when this
     handler has every connection busy, or Redis cannot be reached or is still loading its
-    data, whatever raised it; None for any other error."""
+    data, or refuses writes for now (too few replicas), whatever raised it; None for any
+    other error."""
     if is_pool_exhausted(exc):
         # Redis is fine; this handler has every connection busy.
         log.warning("redis.pool_exhausted")
@@ -119,6 +142,9 @@ def as_unavailable(exc: BaseException) -> Unavailable | None:
     if is_loading(exc):
         log.warning("redis.loading", error=str(exc))
         return Unavailable(LOADING)
+    if is_refused_for_now(exc):
+        log.warning("redis.refused_for_now", error=str(exc))
+        return Unavailable(REFUSED_FOR_NOW)
     if is_connection_error(exc):
         log.warning("redis.unreachable", error=repr(exc))
         return Unavailable("The memory store (Redis) is unreachable right now; retry shortly.")

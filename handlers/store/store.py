@@ -302,6 +302,7 @@ class Store:
         embedder_name: str,
         dimension: int,
         pool_max: int = POOL_MAX,
+        replicas_required: int | None = None,
     ) -> None:
         self.client = client
         self.indexes = Indexes(
@@ -316,7 +317,7 @@ class Store:
         # Which durable writes were applied (claimed by one handler at a time).
         self.claims = Claims(client, self._guard)
         # Where Redis has replicas, durable writes wait for one (see `durable`).
-        self.replicas = Replicas(client)
+        self.replicas = Replicas(client, replicas_required)
         # New memories written into each pooled namespace since its size was last checked.
         self._pooled_adds: dict[str, int] = {}
         self._policy = HybridPolicy()

@@ -22,6 +22,7 @@ from test_durable import settled
 
 from bus import AgentMemory, MemoryBus
 from bus.errors import Unavailable
+from contracts.subjects import DURABLE_CONSUMER, DURABLE_STREAM
 from deploy.embedded import EmbeddedStack, wait_for_handlers
 from handlers.service import open_redis
 from handlers.store import keys
@@ -91,11 +92,18 @@ def _primary_of(stack: EmbeddedStack, ns: str) -> int:
 
 
 def _keys_by_node(stack: EmbeddedStack, ns: str) -> list[int]:
-    """How many of the namespace's keys (`ns` as `_located` names it) each primary holds."""
+    """How many of the namespace's keys (`ns` as `_located` names it) each node holds, by
+    index in `redis_cluster_ports`: 0 for a replica (after a failover, a primary may be any
+    of them), for its copies are not where the keys live."""
     counts = []
-    for client in _nodes(stack)[: stack.redis_primaries]:
-        counts.append(sum(1 for _ in client.scan_iter(match=keys.ns_prefix(ns) + "*")))
-        client.close()
+    for client in _nodes(stack):
+        try:
+            if client.info("replication")["role"] != "master":
+                counts.append(0)
+                continue
+            counts.append(sum(1 for _ in client.scan_iter(match=keys.ns_prefix(ns) + "*")))
+        finally:
+            client.close()
     return counts
 
 
@@ -298,6 +306,64 @@ async def test_a_slot_moved_while_its_namespace_is_written_loses_nothing(
         found = await mem.search("during the move 42", mode="text", limit=3)
         assert written[30 + 42] in [r.id for r in found.results]
         assert (await mem.describe()).total == 90
+
+
+def _replica_of(stack: EmbeddedStack, primary: int) -> int:
+    """The index (in `redis_cluster_ports`) of the primary's replica, from its node table."""
+    client = redis.Redis(port=stack.redis_cluster_ports[primary])
+    try:
+        rows = [r.split() for r in client.execute_command("CLUSTER", "NODES").decode().splitlines()]
+    finally:
+        client.close()
+    me = next(row[0] for row in rows if "myself" in row[2])
+    address = next(row[1] for row in rows if row[3] == me)
+    return stack.redis_cluster_ports.index(int(address.split("@")[0].rsplit(":", 1)[1]))
+
+
+async def test_durable_writes_wait_for_a_replica_that_is_down_and_land_once_it_is_back(
+    on_cluster: EmbeddedStack,
+) -> None:
+    """Issue 35: a primary whose replica link is gone reports 0 connected replicas; its
+    writes must still wait for the replica its node table declares, not be acknowledged
+    as if it had none."""
+    ns = "replica-down"
+    async with await MemoryBus.connect(on_cluster.nats_url, namespace=ns) as bus:
+        mem = bus.agent(workflow_id="wf_rd")
+        await mem.describe()  # the namespace's first use decides where its keys live
+        primary = _primary_of(on_cluster, _located(on_cluster, ns))
+        replica = _replica_of(on_cluster, primary)
+        name = on_cluster.redis_node_name(replica)
+        on_cluster.servers[name].send_signal(signal.SIGKILL)
+        on_cluster.servers[name].wait()
+        node = _nodes(on_cluster)[primary]
+        try:
+            deadline = asyncio.get_running_loop().time() + 10
+            while int(node.info("replication")["connected_slaves"]):
+                assert asyncio.get_running_loop().time() < deadline, "the replica stayed linked"
+                await asyncio.sleep(0.05)
+            sent = [f"held for the replica {i}" for i in range(10)]
+            for content in sent:
+                await mem.durable.add("context", content, dedup="none")
+            await asyncio.sleep(3)
+            # Applied on the primary, yet not one acknowledged: each is retried.
+            info = await bus.nc.jetstream().consumer_info(DURABLE_STREAM, DURABLE_CONSUMER)
+            assert info.num_pending + info.num_ack_pending == len(sent)
+            assert (await mem.describe()).total == len(sent)
+        finally:
+            on_cluster.start_redis_node(replica)
+            node.close()
+        await settled(bus, timeout=90)
+        listed = await mem.list(limit=50)
+        assert sorted(m.content for m in listed.memories) == sorted(sent)
+        # The replica holds every write it was waited for.
+        back = _nodes(on_cluster)[replica]
+        try:
+            held = [
+                k for k in back.scan_iter(match=keys.record_prefix(_located(on_cluster, ns)) + "*")
+            ]
+            assert len(held) == len(sent)
+        finally:
+            back.close()
 
 
 async def test_a_primary_killed_under_durable_writes_loses_no_acknowledged_write(
