@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-HIDDEN = {"chromium", "tmux", "node", "nodejs", "npm"}
+HIDDEN = {"chromium", "tmux", "node", "nodejs", "npm", "ip", "iptables"}
 
 
 def bin_without(tmp: Path, hidden: set[str], fakes: dict[str, str] | None = None) -> Path:
@@ -38,6 +38,7 @@ def run_make(bindir: Path, tmp: Path, apt: str) -> subprocess.CompletedProcess[s
         "MEMBUS_APT": apt,
         "MEMBUS_APT_UPDATE": "0",
         "MEMBUS_LIB_DIRS": str(tmp / "no-libs"),
+        "MEMBUS_SBIN_DIRS": str(tmp / "sbin"),
         "LC_ALL": "C",
     }
     return subprocess.run(
@@ -51,7 +52,7 @@ def test_every_tool_missing_resolves_without_broken_packages(tmp_path: Path) -> 
     out = done.stdout + done.stderr
     assert done.returncode == 0, out
     asked = next(line for line in out.splitlines() if line.startswith("system-tools:"))
-    for package in ("chromium", "tmux", "libjemalloc2", "nodejs"):
+    for package in ("chromium", "tmux", "libjemalloc2", "nodejs", "iproute2", "iptables"):
         assert package in asked.split(), asked
     assert "broken packages" not in out and "E:" not in out, out
 
@@ -85,6 +86,12 @@ def test_nothing_is_asked_where_every_tool_is_there(tmp_path: Path) -> None:
     record = tmp_path / "asked"
     fakes["fake-apt"] = f'echo "$@" >> {record}\n'
     bindir = bin_without(tmp_path, HIDDEN, fakes)
+    # ip and iptables where Debian puts them, off a user's PATH: found all the same.
+    sbin = tmp_path / "sbin"
+    sbin.mkdir()
+    for name in ("ip", "iptables"):
+        (sbin / name).write_text("#!/bin/sh\nexit 0\n")
+        (sbin / name).chmod(0o755)
     libs = tmp_path / "no-libs" / "x86_64-linux-gnu"
     libs.mkdir(parents=True)
     (libs / "libjemalloc.so.2").touch()
