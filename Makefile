@@ -67,11 +67,12 @@ test: $(VENV)/.installed-test system-tools
 	$(PY) -m pytest --durations=20
 
 ## The fast loop while editing: lint, types, and the tests that run in this process against
-## real NATS and Redis (no handler processes, browser, fault injection or minilm model).
+## real NATS and Redis (no handler processes, browser, fault injection, network partitions or
+## minilm model).
 check: $(VENV)/.installed-test
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy contracts bus handlers deploy
-	$(PY) -m pytest -q -m "not processes and not minilm" --durations=5
+	$(PY) -m pytest -q -m "not processes and not minilm and not partitions" --durations=5
 
 lint: $(VENV)/.installed-test
 	$(VENV)/bin/ruff check .
