@@ -4,7 +4,8 @@ of its own (`netlab`), cut apart by iptables rules inside one namespace, packets
 connections reset:
 
 - the Redis primary that holds the scenario's namespace, from the other Redis nodes (so its
-  replica takes over), from the handlers, and from both;
+  replica takes over), from the handlers, from both, and from its replica first (for
+  `FIRST_S`), then from the other Redis nodes too;
 - a handler from every Redis node, and from every NATS server;
 - a NATS server that follows the durable stream's leader, and the leader, from the other two.
 
@@ -66,12 +67,20 @@ HANDLER_ENV = {"MEMBUS_EMBEDDER": "hash"}
 LOG_DIR = Path(os.environ.get("MEMBUS_TEST_LOG_DIR", ".membus/test-logs")) / "partitions"
 
 RATE_PER_S = 40.0
-BEFORE_S = 1.0  # writes before the cut
+BEFORE_S = 0.5  # writes before the cut
 # A cut is held past a Redis failover (node timeout 2 s, then the replica's election: 3 s
 # in all, seen 2.5-3.0 s), and on NATS past a new election of the stream's leader (raft's
 # election timeout is 4-9 s).
 HOLD_S = 6.0
 HOLD_NATS_S = 10.0
+HOLD_HANDLER_S = 4.0  # nothing to elect: past a reconnect attempt or two
+# A cut in two steps (a primary from its replica, then from every Redis node) holds the
+# first this long: past the 5 s for which a handler kept a primary's count of connected
+# replicas before issue 35's fix, so that every handler sees the replica gone while the
+# primary still takes writes (the old code then acknowledged them without a WAIT, and lost
+# them to the failover that the second step brings; the one-step cut catches that only
+# when a handler happens to count in the 2 s before the primary refuses writes).
+FIRST_S = 6.0
 AFTER_S = 1.0  # writes after the heal
 # A durable publish that gets no acknowledgement is sent 3 times, TIMEOUT_S each.
 TIMEOUT_S = 2.0
@@ -86,7 +95,7 @@ WHOLE_BEFORE_S = 150.0
 # After a scenario, before counting: Redis whole, the stream and consumer led, the handlers
 # answering; then how soon the stream's replicas are current is measured, this long at most.
 WHOLE_AFTER_S = 60.0
-CURRENT_AFTER_S = 15.0
+CURRENT_AFTER_S = 5.0
 LOGGED = ("durable.retry", "durable.duplicate", "durable.unmarked", "nats.disconnected")
 
 
@@ -156,9 +165,17 @@ def primary_of(stack: EmbeddedStack, ns: str) -> str:
 
 
 def replica_of(stack: EmbeddedStack, primary: str) -> str:
+    """The replica of `primary`, as its node table says (INFO's list of connected replicas
+    is empty while one reconnects)."""
     with redis_node(stack, primary) as client:
-        info = client.info("replication")
-    return node_named(stack, info["slave0"]["ip"], int(info["slave0"]["port"]))
+        lines = [
+            line.split()
+            for line in client.execute_command("CLUSTER", "NODES").decode().splitlines()
+        ]
+    me = next(fields[0] for fields in lines if "myself" in fields[2])
+    address = next(fields[1] for fields in lines if fields[3] == me)  # ip:port@bus
+    host, port = address.split("@")[0].rsplit(":", 1)
+    return node_named(stack, host, int(port))
 
 
 def redis_unwell(stack: EmbeddedStack) -> str | None:
@@ -255,6 +272,8 @@ class Cut:
     node: str
     peers: list[str]
     how: How
+    # Peers cut `FIRST_S` before `peers` (none: all at once).
+    first: list[str] = field(default_factory=list)
     # The durable stream's leader when the cut was chosen (NATS scenarios).
     leader: str = ""
     # Figures of what the cut did, measured while it is held (`watch_*`).
@@ -366,10 +385,15 @@ async def partition(
         cut = await choose(stack, buses, ns)
 
         writes = Writes(ns, durable=True)
-        count = int(RATE_PER_S * (BEFORE_S + hold_s + AFTER_S))
+        first_s = FIRST_S if cut.first else 0.0
+        count = int(RATE_PER_S * (BEFORE_S + first_s + hold_s + AFTER_S))
         publishing = asyncio.create_task(publish(mems, writes, count))
         try:
             await asyncio.sleep(BEFORE_S)
+            first_at = time.monotonic()
+            if cut.first:
+                lab.cut(cut.node, cut.first, cut.how)
+                await asyncio.sleep(first_s)
             lab.cut(cut.node, cut.peers, cut.how)
             cut_at = time.monotonic()
             if watch is not None:
@@ -395,11 +419,13 @@ async def partition(
             acked=len(acked),
             present=len(acked & counts.keys()),
             missing=len(acked - counts.keys()),
+            **({"lost": lost_range(acked - counts.keys())} if acked - counts.keys() else {}),
             duplicates=len(twice),
             unacked=len(writes.failed),
             unacked_stored=len(set(writes.failed) & counts.keys()),
-            acked_during_cut=sum(1 for t in writes.acked.values() if cut_at <= t < healed_at),
+            acked_during_cut=sum(1 for t in writes.acked.values() if first_at <= t < healed_at),
             cut=f"{cut.node}/{cut.how}",
+            **({"cut_first_from": ",".join(cut.first)} if cut.first else {}),
             **cut.seen,
             drained_after_heal_s=round(drained_at - healed_at, 1),
             whole_after_drain_s=round(whole_s, 1),
@@ -414,24 +440,31 @@ async def partition(
         assert writes.acked, "no write was acknowledged at all"
 
 
+def lost_range(lost: set[str]) -> str:
+    """The first and last of the lost markers (`<ns>-<n>`: n counts at `RATE_PER_S`), to
+    find them in the handlers' logs."""
+    numbers = sorted(marker.rsplit("-", 1)[1] for marker in lost)
+    return f"{numbers[0]}..{numbers[-1]}"
+
+
 # --- the scenarios --------------------------------------------------------------------------
 
 HOWS = ["drop", "reject"]
 
 
 @pytest.mark.parametrize("how", HOWS)
-@pytest.mark.parametrize("apart_from", ["redis", "handlers", "both"])
+@pytest.mark.parametrize("apart_from", ["redis", "handlers", "both", "replica-then-redis"])
 async def test_a_redis_primary_cut_off_loses_no_acknowledged_write(
     request: pytest.FixtureRequest, stack: EmbeddedStack, lab: Netlab, apart_from: str, how: How
 ) -> None:
     async def choose(stack: EmbeddedStack, buses: list[MemoryBus], ns: str) -> Cut:
         primary = primary_of(stack, ns)
-        peers = {
-            "redis": [n for n in REDIS if n != primary],
-            "handlers": HANDLERS,
-            "both": [*(n for n in REDIS if n != primary), *HANDLERS],
-        }[apart_from]
-        return Cut(primary, peers, how)
+        others = [n for n in REDIS if n != primary]
+        if apart_from == "replica-then-redis":
+            replica = replica_of(stack, primary)
+            return Cut(primary, [n for n in others if n != replica], how, first=[replica])
+        peers = {"redis": others, "handlers": HANDLERS, "both": [*others, *HANDLERS]}
+        return Cut(primary, peers[apart_from], how)
 
     async def watch(stack: EmbeddedStack, _: list[MemoryBus], cut: Cut, hold_s: float) -> None:
         await watch_failover(stack, cut, hold_s)
@@ -447,7 +480,9 @@ async def test_a_handler_cut_off_loses_no_acknowledged_write(
     async def choose(stack: EmbeddedStack, buses: list[MemoryBus], ns: str) -> Cut:
         return Cut("handler-1", REDIS if apart_from == "redis" else NATS, how)
 
-    await partition(request, stack, lab, f"handler-{apart_from}-{how}", choose)
+    await partition(
+        request, stack, lab, f"handler-{apart_from}-{how}", choose, None, HOLD_HANDLER_S
+    )
 
 
 # Last: a NATS server that led the stream can take minutes to be a current replica again.
