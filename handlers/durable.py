@@ -273,7 +273,7 @@ class DurableWrites:
             if state == "pending":  # another handler is applying it right now
                 self._count(op, "in_progress")
                 await msg.nak(delay=1.0)
-            elif await self._replicated(msg, ns, op):
+            elif await self._replicated(msg, ns, op, request_id):
                 self.duplicates += 1
                 self._count(op, "duplicate")
                 log.info("durable.duplicate", request_id=request_id, state=state)
@@ -290,13 +290,15 @@ class DurableWrites:
             return
         state = "done" if error is None else "rejected"
         try:
-            await store.claims.finish(ns, request_id, state, APPLIED_KEEP_S)
+            if not await store.claims.finish(ns, request_id, state, APPLIED_KEEP_S):
+                log.warning("durable.unmarked", request_id=request_id, why="its claim is gone")
         except Unavailable:
-            # Applied, but not marked: a redelivery would apply it again (add and capture
-            # then rewrite the same memory). Acknowledge anyway: Redis has the write.
-            log.warning("durable.unmarked", request_id=request_id)
+            # Applied, but not marked. On a cluster or with replicas the wait below finds no
+            # mark and retries it; on one server Redis has the write: acknowledged. Either
+            # way a redelivery applies it again (add and capture rewrite the same memory).
+            log.warning("durable.unmarked", request_id=request_id, why="redis unreachable")
         if error is None:
-            if not await self._replicated(msg, ns, op):
+            if not await self._replicated(msg, ns, op, request_id):
                 return  # retried: its redelivery finds it applied and waits again
             self.applied += 1
             self._count(op, "applied")
@@ -304,12 +306,12 @@ class DurableWrites:
         else:
             await self._reject(msg, ns, op, request_id, error)
 
-    async def _replicated(self, msg: Msg, ns: str, op: str) -> bool:
+    async def _replicated(self, msg: Msg, ns: str, op: str, request_id: str) -> bool:
         """Whether the Redis replicas the deployment declares have every write so far (True
         where it declares none); if not, the message is retried, and its redelivery, finding
         the write applied, waits again before it is acknowledged (see `replicas`)."""
         try:
-            if await self.deps.store.replicas.reached(ns):
+            if await self.deps.store.replicas.reached(ns, request_id):
                 return True
         except (RedisError, OSError) as exc:
             await self._retry(msg, op, f"redis unreachable: {exc!r}")

@@ -27,9 +27,15 @@ class Claims:
             state = await self.client.get(key)
         return text(state) if state is not None else "pending"
 
-    async def finish(self, ns: str, request_id: str, state: str, keep_s: int) -> None:
+    async def finish(self, ns: str, request_id: str, state: str, keep_s: int) -> bool:
+        """Mark a claimed write done or rejected; False where the claim is not there (it
+        lapsed, or a failover gave its slot to a node that never had it): the write is
+        then not taken as applied (see `replicas.Replicas.reached`)."""
         async with self._guard():
-            await self.client.set(keys.applied_key(ns, request_id), state, ex=keep_s)
+            marked = await self.client.set(
+                keys.applied_key(ns, request_id), state, ex=keep_s, xx=True
+            )
+        return bool(marked)
 
     async def release(self, ns: str, request_id: str) -> None:
         """Give a claim back (the write failed and will be redelivered)."""

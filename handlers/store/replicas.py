@@ -57,12 +57,20 @@ class Replicas:
         # On a cluster, a connection of our own to each node (WAIT needs one: see `reached`).
         self._direct: dict[str, aioredis.Redis] = {}
 
-    async def reached(self, ns: str) -> bool:
-        """Whether the replicas to wait for have every write of the namespace so far (True
-        where none are declared). Redis's WAIT counts only its own connection's writes, so
-        a marker is written on that connection first: replicas apply writes in order, so
-        once the marker is there, so is every write before it. Raises what Redis raises."""
+    async def reached(self, ns: str, request_id: str) -> bool:
+        """Whether the write of `request_id` (its claim marked done or rejected) is on the
+        node that holds the namespace's slot now, and the replicas to wait for have it
+        (none where none are declared). Redis's WAIT counts only its own connection's
+        writes, so a marker is written on that connection first: replicas apply writes in
+        order, so once the marker is there, so is every write before it. Raises what Redis
+        raises.
+
+        The claim is read on the node that is waited on, in the same pipeline: the write
+        went through the cluster client, whose slot map a failover may have changed since,
+        and a promoted replica that declares no replica of its own must not acknowledge a
+        write that only its cut-off old primary took."""
         marker = keys.replicated_key(ns)
+        claim = keys.applied_key(ns, request_id)
         client, name = self.client, ""
         if is_cluster(self.client):
             node = self.client.get_node_from_key(marker)
@@ -77,14 +85,18 @@ class Replicas:
             # A replica now: the write went to the new primary, whose node our slot map will
             # name once a command of the cluster client is redirected. Retry until then.
             return False
-        if not wanted:
-            return True
-        # On a cluster, a node that no longer holds the slot answers the SET with MOVED.
+        if not wanted and not name:
+            return True  # one server: the write is on it
+        # On a cluster, a node that no longer holds the slot answers with MOVED.
         pipe = client.pipeline(transaction=False)
-        pipe.set(marker, "1", px=60_000)
-        pipe.execute_command("WAIT", wanted, REPLICA_WAIT_MS)
-        _, reached = await pipe.execute()
-        return int(reached) >= wanted
+        pipe.get(claim)
+        if wanted:
+            pipe.set(marker, "1", px=60_000)
+            pipe.execute_command("WAIT", wanted, REPLICA_WAIT_MS)
+        state, *waited = await pipe.execute()
+        if state is None or state == b"pending":
+            return False  # applied on a node that lost the slot since: apply it again here
+        return not wanted or int(waited[1]) >= wanted
 
     async def _wanted_on(self, client: Any, name: str) -> int | None:
         now = asyncio.get_running_loop().time()
@@ -101,6 +113,11 @@ class Replicas:
             # One replica holding the write is enough: a failover promotes the replica
             # furthest along, and waiting for every one would stop writes while any is down.
             wanted = None if declared is None else min(declared, 1)
+            if not wanted:
+                # Read again next time: a replica that rejoins a primary left without one
+                # is to be waited on from its first write, not up to 10 s later (a cut in
+                # those seconds promotes it without the writes acknowledged meanwhile).
+                return wanted
         else:
             wanted = await _wanted_on_one_server(client)
         self._wanted[name] = (wanted, now)
