@@ -33,17 +33,18 @@ REPLICA_WAIT_MS = 1000
 TOPOLOGY_CHECK_S = 10.0
 
 
-def declared_replicas(cluster_nodes: str | bytes) -> int | None:
-    """How many replicas the node that answered CLUSTER NODES has in its own node table,
-    failed or cut off ones included; None when that node is not a primary (a replica now,
-    after a failover: the caller's slot map is out of date)."""
+def declared_replicas(cluster_nodes: str | bytes) -> list[str] | None:
+    """The replicas (each `host:port`) that the node that answered CLUSTER NODES has in its
+    own node table, failed or cut off ones included; None when that node is not a primary
+    (a replica now, after a failover: the caller's slot map is out of date)."""
     if isinstance(cluster_nodes, bytes):
         cluster_nodes = cluster_nodes.decode()
     rows = [line.split() for line in cluster_nodes.splitlines() if line.strip()]
     me = next((row for row in rows if len(row) > 3 and "myself" in row[2].split(",")), None)
     if me is None or "master" not in me[2].split(","):
         return None
-    return sum(1 for row in rows if len(row) > 3 and row[3] == me[0])
+    # The address field is host:port@bus-port, with ",hostname" after where one is announced.
+    return [row[1].split("@")[0] for row in rows if len(row) > 3 and row[3] == me[0]]
 
 
 class Replicas:
@@ -51,9 +52,9 @@ class Replicas:
         self.client = client
         # MEMBUS_REPLICAS_REQUIRED; None: from the topology (see the module's text).
         self.required = required
-        # Per node (by name; "" on one server): the replicas to wait for and when that was
-        # read (None: the node is no primary).
-        self._wanted: dict[str, tuple[int | None, float]] = {}
+        # Per node (by name; "" on one server): the replicas to wait for (1 or more: a
+        # node with none is read again each time) and when that was read.
+        self._wanted: dict[str, tuple[int, float]] = {}
         # On a cluster, a connection of our own to each node (WAIT needs one: see `reached`).
         self._direct: dict[str, aioredis.Redis] = {}
 
@@ -99,25 +100,25 @@ class Replicas:
         return not wanted or int(waited[1]) >= wanted
 
     async def _wanted_on(self, client: Any, name: str) -> int | None:
+        if self.required is not None:
+            return self.required
         now = asyncio.get_running_loop().time()
         cached = self._wanted.get(name)
         if cached is not None and now - cached[1] <= TOPOLOGY_CHECK_S:
             return cached[0]
-        wanted: int | None
-        if self.required is not None:
-            wanted = self.required
-        elif name:
+        if name:
             # Two words: redis-py then leaves the reply as the text (its parser for "CLUSTER
             # NODES" keys nodes by address, which nodes without one share).
             declared = declared_replicas(await client.execute_command("CLUSTER", "NODES"))
+            if not declared:
+                # No primary, or one without a replica: read again next time. A replica
+                # that rejoins a primary left without one is to be waited on from its first
+                # write, not up to 10 s later (a cut in those seconds promotes it without
+                # the writes acknowledged meanwhile).
+                return None if declared is None else 0
             # One replica holding the write is enough: a failover promotes the replica
             # furthest along, and waiting for every one would stop writes while any is down.
-            wanted = None if declared is None else min(declared, 1)
-            if not wanted:
-                # Read again next time: a replica that rejoins a primary left without one
-                # is to be waited on from its first write, not up to 10 s later (a cut in
-                # those seconds promotes it without the writes acknowledged meanwhile).
-                return wanted
+            wanted = 1
         else:
             wanted = await _wanted_on_one_server(client)
         self._wanted[name] = (wanted, now)

@@ -56,6 +56,7 @@ from bus import AgentMemory, MemoryBus
 from contracts.subjects import DURABLE_CONSUMER, DURABLE_STREAM
 from deploy.embedded import EmbeddedStack, ping_handlers, wait_for_handlers
 from handlers.store import keys
+from handlers.store.replicas import declared_replicas
 
 # A scenario takes 8-45 s; the bound covers every wait below at its longest.
 pytestmark = [pytest.mark.processes, pytest.mark.partitions, pytest.mark.timeout(300)]
@@ -168,13 +169,9 @@ def replica_of(stack: EmbeddedStack, primary: str) -> str:
     """The replica of `primary`, as its node table says (INFO's list of connected replicas
     is empty while one reconnects)."""
     with redis_node(stack, primary) as client:
-        lines = [
-            line.split()
-            for line in client.execute_command("CLUSTER", "NODES").decode().splitlines()
-        ]
-    me = next(fields[0] for fields in lines if "myself" in fields[2])
-    address = next(fields[1] for fields in lines if fields[3] == me)  # ip:port@bus
-    host, port = address.split("@")[0].rsplit(":", 1)
+        replicas = declared_replicas(client.execute_command("CLUSTER", "NODES"))
+    assert replicas, f"{primary} is no primary with a replica"
+    host, port = replicas[0].rsplit(":", 1)
     return node_named(stack, host, int(port))
 
 

@@ -16,9 +16,11 @@ from typing import Any
 
 import pytest
 import redis
+import redis.asyncio as aioredis
 from conftest import handler_here
 from redis.crc import key_slot
 from test_durable import settled
+from test_redis_replica import unlinked
 
 from bus import AgentMemory, MemoryBus
 from bus.errors import Unavailable
@@ -26,6 +28,7 @@ from contracts.subjects import DURABLE_CONSUMER, DURABLE_STREAM
 from deploy.embedded import EmbeddedStack, wait_for_handlers
 from handlers.service import open_redis
 from handlers.store import keys
+from handlers.store.replicas import declared_replicas
 
 # The cluster's servers and handler processes are the module's own.
 pytestmark = pytest.mark.processes
@@ -312,12 +315,11 @@ def _replica_of(stack: EmbeddedStack, primary: int) -> int:
     """The index (in `redis_cluster_ports`) of the primary's replica, from its node table."""
     client = redis.Redis(port=stack.redis_cluster_ports[primary])
     try:
-        rows = [r.split() for r in client.execute_command("CLUSTER", "NODES").decode().splitlines()]
+        replicas = declared_replicas(client.execute_command("CLUSTER", "NODES"))
     finally:
         client.close()
-    me = next(row[0] for row in rows if "myself" in row[2])
-    address = next(row[1] for row in rows if row[3] == me)
-    return stack.redis_cluster_ports.index(int(address.split("@")[0].rsplit(":", 1)[1]))
+    assert replicas, f"node {primary} is no primary with a replica"
+    return stack.redis_cluster_ports.index(int(replicas[0].rsplit(":", 1)[1]))
 
 
 async def test_durable_writes_wait_for_a_replica_that_is_down_and_land_once_it_is_back(
@@ -335,12 +337,9 @@ async def test_durable_writes_wait_for_a_replica_that_is_down_and_land_once_it_i
         name = on_cluster.redis_node_name(replica)
         on_cluster.servers[name].send_signal(signal.SIGKILL)
         on_cluster.servers[name].wait()
-        node = _nodes(on_cluster)[primary]
+        node = aioredis.Redis(port=on_cluster.redis_cluster_ports[primary])
         try:
-            deadline = asyncio.get_running_loop().time() + 10
-            while int(node.info("replication")["connected_slaves"]):
-                assert asyncio.get_running_loop().time() < deadline, "the replica stayed linked"
-                await asyncio.sleep(0.05)
+            await unlinked(node)
             sent = [f"held for the replica {i}" for i in range(10)]
             for content in sent:
                 await mem.durable.add("context", content, dedup="none")
@@ -351,7 +350,7 @@ async def test_durable_writes_wait_for_a_replica_that_is_down_and_land_once_it_i
             assert (await mem.describe()).total == len(sent)
         finally:
             on_cluster.start_redis_node(replica)
-            node.close()
+            await node.aclose()
         await settled(bus, timeout=90)
         listed = await mem.list(limit=50)
         assert sorted(m.content for m in listed.memories) == sorted(sent)

@@ -29,6 +29,14 @@ async def linked(replica: aioredis.Redis, timeout: float = 30) -> None:
         await asyncio.sleep(0.1)
 
 
+async def unlinked(primary: aioredis.Redis, timeout: float = 10) -> None:
+    """Until the primary counts no linked replica (what misled handlers before issue 35)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while int((await primary.info("replication"))["connected_slaves"]):
+        assert asyncio.get_running_loop().time() < deadline, "the replica stayed linked"
+        await asyncio.sleep(0.05)
+
+
 async def test_a_durable_write_is_acknowledged_once_a_replica_has_it() -> None:
     stack = EmbeddedStack.temporary()
     replica: aioredis.Redis | None = None
@@ -84,10 +92,7 @@ async def _held_then_landed(stack: EmbeddedStack, replica: aioredis.Redis, ns: s
             await linked(replica)
             stack.servers["redis-replica"].kill()
             stack.servers["redis-replica"].wait()
-            deadline = asyncio.get_running_loop().time() + 10
-            while int((await primary.info("replication"))["connected_slaves"]):
-                assert asyncio.get_running_loop().time() < deadline, "the replica stayed linked"
-                await asyncio.sleep(0.05)
+            await unlinked(primary)
             sent = [f"declared replica write {i}" for i in range(10)]
             for content in sent:
                 await mem.durable.add("context", content, dedup="none")
