@@ -264,7 +264,8 @@ async def bench(
 
         scopes = sorted({q.workflow_id or "" for q in queries})
         policies = {
-            wf or None: await store.hybrid_policy(NS, scope_filter(wf or None)) for wf in scopes
+            wf or None: await store.queries.hybrid_policy(NS, scope_filter(wf or None))
+            for wf in scopes
         }
         # (a): query vectors embedded and queries built BEFORE timing
         texts = [q.text for q in queries]
@@ -338,7 +339,7 @@ async def bench(
         agg = await phases.direct(
             "Store.aggregate",
             d,
-            lambda i: store.aggregate(NS, read_filter(now_ms(), read_scopes[i])),
+            lambda i: store.queries.aggregate(NS, read_filter(now_ms(), read_scopes[i])),
         )
         rows.append(("describe", "handler log (ms)", b, h))
         rows.append(("describe", "Store.aggregate", b, agg))

@@ -57,7 +57,8 @@ from redisvl.schema import IndexSchema
 
 from deploy.embedded import EmbeddedStack, free_port
 from handlers.store.filters import CURRENT, ReadScope, read_filter
-from handlers.store.keys import index_name, record_prefix
+from handlers.store.keys import record_prefix
+from handlers.store.placement import index_name
 from handlers.store.policy import broad
 from handlers.store.record import CANDIDATE_FIELDS, PERMANENT_MS, Record, new_fields
 from handlers.store.schema import VECTOR_FIELD, schema_dict

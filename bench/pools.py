@@ -34,7 +34,7 @@ from handlers.embed import HashEmbedder
 from handlers.ops.deps import Deps
 from handlers.service import make_deps, redis_client
 from handlers.settings import Settings
-from handlers.store.keys import tier_key
+from handlers.store.placement import tier_key
 
 WORDS = [
     "deploy",

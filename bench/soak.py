@@ -59,7 +59,7 @@ from bus import MemoryBus
 from bus.client import AgentMemory
 from bus.errors import BusError
 from deploy.embedded import EmbeddedStack, wait_for_handlers
-from handlers.store.keys import index_name
+from handlers.store.placement import index_name
 
 NS = "soak"
 OPS = ("add", "search", "recall", "describe", "delete")

@@ -3,7 +3,7 @@
 Every action is first checked as its own operation would check it (`prepare_add`,
 `prepare_update`, the target of a supersede or delete live, visible and not a state); any
 failure refuses the whole batch, naming the action's index, and writes nothing. Then all of
-them run in one Redis script (`Store.apply`), which checks each precondition again before it
+them run in one Redis script (`Batches.apply`), which checks each precondition again before it
 writes anything: a memory deleted or changed meanwhile refuses the batch there too. Events
 follow the write, one per memory changed, as the separate operations would publish them.
 """
@@ -33,8 +33,9 @@ from handlers.ops.history import entry
 from handlers.ops.registry import handles
 from handlers.ops.workspaces import state_is_immutable
 from handlers.ops.writes import PreparedUpdate, missing_memory, prepare_add, prepare_update
+from handlers.store.batch import Refused, Step
+from handlers.store.reads import record_row
 from handlers.store.record import Record
-from handlers.store.store import Refused, Step, record_row
 
 # Attempts when a memory to update changed between its read and the write.
 _ATTEMPTS = 3
@@ -93,7 +94,7 @@ async def _apply_once(ns: str, req: ApplyRequest, deps: Deps) -> ApplyReply:
             # caller cannot write to, or metadata too large, refuse the batch as invalid.
             raise InvalidRequest(f"actions[{i}] ({_kind(action)}): {exc.message}") from None
     steps = [step for plan in planned for step in plan.steps]
-    out = await deps.store.apply(ns, steps, now, STATE_TYPE)
+    out = await deps.store.batches.apply(ns, steps, now, STATE_TYPE)
     return await _announce(ns, req, deps, now, planned, out)
 
 
@@ -152,7 +153,7 @@ def _as_add(action: ApplyAdd | ApplySupersede, req: ApplyRequest) -> AddRequest:
 async def _live_target(ns: str, memory_id: str, deps: Deps, now: int, op: str) -> None:
     """A live memory in a store the caller sees (else not found, so that no id leaks
     across trust levels), and not a state."""
-    rec = await deps.store.read(ns, memory_id, now)
+    rec = await deps.store.reads.read(ns, memory_id, now)
     if rec is None or not deps.access.sees(rec.store):
         raise missing_memory(ns, memory_id)
     if rec.type == STATE_TYPE:
@@ -191,7 +192,7 @@ async def _announce(
 ) -> ApplyReply:
     """The reply, and each write's events, in action order (`out`: each step's result)."""
     results: list[Applied] = []
-    added: list[Record] = []
+
     at = 0
     for i, (action, plan) in enumerate(zip(req.actions, planned, strict=True)):
         got, at = out[at : at + len(plan.steps)], at + len(plan.steps)
@@ -215,15 +216,11 @@ async def _announce(
             results.append(Applied(index=i, id=repeat.id, action=kind))  # type: ignore[arg-type]
             continue
         rec = plan.added
-        added.append(rec)
+
         await publish_event(deps, ns, "added", rec, now)
         if len(got) > 1 and isinstance(got[1], list):
             old = record_row(got[1][0])
             if old is not None:
                 await publish_event(deps, ns, "updated", old, now, agent_id=rec.agent_id)
         results.append(Applied(index=i, id=rec.id, action=kind))  # type: ignore[arg-type]
-    deps.store.added(ns, added)
-    changed = [p.updated.new for p in planned if p.updated is not None]
-    if changed:
-        deps.store.count_words_later(ns, changed)
     return ApplyReply(results=results)

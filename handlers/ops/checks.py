@@ -104,5 +104,5 @@ async def unseen_ids(ns: str, ids: list[str], deps: Deps) -> set[str]:
     answers them as missing, so that ids do not leak across trust levels."""
     if deps.access.stores is None or not ids:
         return set()
-    stores = await deps.store.stores(ns, ids)
+    stores = await deps.store.reads.stores(ns, ids)
     return {mid for mid, st in zip(ids, stores, strict=True) if st and not deps.access.sees(st)}

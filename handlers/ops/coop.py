@@ -53,7 +53,7 @@ async def timeline(
     check_types(deps.settings.types, req.types)
     now = deps.clock()
     scope = read_scope(req.scope, req.workflow_id, req.workspace, deps.access.stores)
-    anchor = await deps.store.read(ns, req.anchor, now)
+    anchor = await deps.store.reads.read(ns, req.anchor, now)
     if anchor is None or not deps.access.sees(anchor.store) or not _sees(scope, anchor):
         raise NotFound(
             f'Memory "{req.anchor}" is not in this scope (no such id, expired, or stored in'
@@ -65,23 +65,29 @@ async def timeline(
     before: list[Record] = []
     after: list[Record] = []
     if req.before:
-        older = await deps.store.page(
-            ns, where & (Num("created_at") <= at), Record, offset=0, limit=req.before + TIES
+        older = await deps.store.queries.page(
+            ns,
+            where & (Num("created_at") <= at),
+            Record,
+            offset=0,
+            limit=req.before + TIES,
+            ended_by=when.ended_by,
         )
         before = sorted((r for r in older.items if _order(r) < key), key=_order)
         before = before[-req.before :]
     if req.after:
-        newer = await deps.store.page(
+        newer = await deps.store.queries.page(
             ns,
             where & (Num("created_at") >= at),
             Record,
             offset=0,
             limit=req.after + TIES,
             oldest_first=True,
+            ended_by=when.ended_by,
         )
         after = sorted((r for r in newer.items if _order(r) > key), key=_order)[: req.after]
     window = [*before, anchor, *after]
-    deps.store.keep_alive_later(ns, window, now)
+    deps.store.reads.keep_alive_later(ns, window, now)
     if req.mode == "full":
         return TimelineReply(memories=[to_memory(r) for r in window], anchor_index=len(before))
     return CompactTimelineReply(memories=[to_compact(r) for r in window], anchor_index=len(before))
@@ -92,7 +98,7 @@ async def people(ns: str, req: PeopleRequest, deps: Deps) -> PeopleReply:
     now = deps.clock()
     scope = read_scope(req.scope, req.workflow_id, stores=deps.access.stores)
     where = read_filter(now, scope) & (Tag("has_people") == "1")
-    found = await deps.store.page(ns, where, Mentions, offset=0, limit=PEOPLE_SCAN)
+    found = await deps.store.queries.page(ns, where, Mentions, offset=0, limit=PEOPLE_SCAN)
     wanted = person_tag(req.query) if req.query else None
     seen: dict[str, Person] = {}
     last_ms: dict[str, int] = {}

@@ -77,11 +77,11 @@ async def history(ns: str, req: HistoryRequest, deps: Deps) -> HistoryReply:
     if deps.access.stores is not None:
         # Below full trust only a live memory in a visible store has a history to read (a
         # deleted one's store is gone with it); others are not found, so no id leaks.
-        rec = await deps.store.read(ns, req.id, deps.clock())
+        rec = await deps.store.reads.read(ns, req.id, deps.clock())
         visible = rec is not None and deps.access.sees(rec.store)
     else:
         visible = True
-    entries, total = await deps.store.history(ns, req.id, MAX_ENTRIES) if visible else ([], 0)
+    entries, total = await deps.store.reads.history(ns, req.id, MAX_ENTRIES) if visible else ([], 0)
     if not entries:
         raise NotFound(
             f'No history for memory "{req.id}": no such id, it expired, or it was deleted'

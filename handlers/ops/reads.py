@@ -22,15 +22,15 @@ from handlers.ops.registry import handles
 from handlers.ops.replies import to_compact, to_memory
 from handlers.ops.scoping import read_scope, read_time
 from handlers.store.filters import read_filter
+from handlers.store.queries import Page
 from handlers.store.record import Record, Summary
-from handlers.store.store import Page
 
 
 @handles(DescribeRequest)
 async def describe(ns: str, req: DescribeRequest, deps: Deps) -> DescribeReply:
     scope = read_scope(req.scope, req.workflow_id, req.workspace, deps.access.stores)
     meta = await deps.store.meta(ns)
-    seen = await deps.store.overview(ns, scope, deps.clock())
+    seen = await deps.store.queries.overview(ns, scope, deps.clock())
     listed = seen.tags[: limits.MAX_DESCRIBE_TAGS]
     return DescribeReply(
         total=seen.general_count + seen.workflow_count,
@@ -60,7 +60,7 @@ async def list_(ns: str, req: ListRequest, deps: Deps) -> ListReply | CompactLis
     page: Page[Summary] | Page[Record] | None = None
     if not (req.types or req.tags or req.people):
         # Scope alone: the page comes from the writes' tallies, not a sort of the scope.
-        page = await deps.store.newest(
+        page = await deps.store.queries.newest(
             ns,
             scope,
             now,
@@ -80,8 +80,10 @@ async def list_(ns: str, req: ListRequest, deps: Deps) -> ListReply | CompactLis
             as_of_ms=when.as_of_ms,
         )
         shape = Summary if req.mode == "compact" else Record
-        page = await deps.store.page(ns, where, shape, offset=req.offset, limit=req.limit)
-    deps.store.keep_alive_later(ns, page.items, now)
+        page = await deps.store.queries.page(
+            ns, where, shape, offset=req.offset, limit=req.limit, ended_by=when.ended_by
+        )
+    deps.store.reads.keep_alive_later(ns, page.items, now)
     if req.mode == "compact":
         items = within(req.max_tokens, [to_compact(s) for s in page.items], lambda c: c.preview)
         return CompactListReply(count=len(items), total=page.total, memories=items)
@@ -97,14 +99,14 @@ async def get(ns: str, req: GetRequest, deps: Deps) -> GetReply:
     # Full trust sees every store, so the read counts its accesses itself; below it, only
     # the memories seen are counted: one of another store stays untouched.
     sees_all = deps.access.stores is None
-    found = await deps.store.fetch(ns, unique, now, count_access=sees_all)
+    found = await deps.store.reads.fetch(ns, unique, now, count_access=sees_all)
     by_id = {
         mid: f
         for mid, f in zip(unique, found, strict=True)
         if f is not None and deps.access.sees(f.record.store)
     }
     if not sees_all:
-        await deps.store.touch(ns, list(by_id), now)
+        await deps.store.reads.touch(ns, list(by_id), now)
     return GetReply(
         # Each distinct id once, in the order first asked for.
         memories=[

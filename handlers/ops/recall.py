@@ -72,7 +72,7 @@ async def recall(ns: str, req: RecallRequest, deps: Deps) -> RecallReply:
         picks = await _candidates(ns, req, deps, now)
         chosen, similar = await _dedup(ns, deps, picks, window, req.dedup_threshold, req.limit)
         # Only what is returned counts as an access (some chosen ones may not fit).
-        found = await deps.store.fetch(ns, [p.id for p in chosen], now, count_access=False)
+        found = await deps.store.reads.fetch(ns, [p.id for p in chosen], now, count_access=False)
         results: list[RecalledMemory] = []
         lines: list[str] = []
         spent = 0
@@ -98,7 +98,7 @@ async def recall(ns: str, req: RecallRequest, deps: Deps) -> RecallReply:
         # A memory given again this turn has a new record: it is not stale any more.
         stale = [mid for mid in stale if mid not in given]
         await deps.store.sessions.recalled(ns, sid, turn, given, stale, ttl_s)
-    deps.store.touch_later(ns, given, now)
+    deps.store.reads.touch_later(ns, given, now)
     return RecallReply(
         turn=turn,
         results=results,
@@ -144,7 +144,7 @@ async def _candidates(ns: str, req: RecallRequest, deps: Deps, now: int) -> list
     key = str(scoped & always_recalled(IDENTITY, req.min_importance, since - since % 60_000))
     found, always = await asyncio.gather(
         ranked_candidates(ns, search, deps, now, when),
-        deps.store.knn(ns, vec, where, ALWAYS_MAX, policy_key=key),
+        deps.store.queries.knn(ns, vec, where, ALWAYS_MAX, policy_key=key, ended_by=when.ended_by),
     )
     picks = {
         r.id: Pick(r.id, "semantic", r.score, r.cosine, r.text) for r in found.ranked[:SEARCH_TOP]
@@ -188,7 +188,7 @@ async def _dedup(
     if threshold >= 1.0:
         return fresh[: limit + EXTRA], 0
     batch = 2 * limit
-    units = _units(await deps.store.vectors(ns, [*window, *(p.id for p in fresh[:batch])]))
+    units = _units(await deps.store.reads.vectors(ns, [*window, *(p.id for p in fresh[:batch])]))
     # A memory deleted since it was given is no longer compared with.
     against = [units[mid] for mid in window if mid in units]
     chosen: list[Pick] = []
@@ -196,7 +196,7 @@ async def _dedup(
     for start in range(0, len(fresh), batch):
         part = fresh[start : start + batch]
         if start:
-            units.update(_units(await deps.store.vectors(ns, [p.id for p in part])))
+            units.update(_units(await deps.store.reads.vectors(ns, [p.id for p in part])))
         for pick in part:
             vec = units.get(pick.id)
             if vec is not None and against and float(np.max(np.stack(against) @ vec)) > threshold:

@@ -47,11 +47,12 @@ async def reconcile(ns: str, req: ReconcileRequest, deps: Deps) -> ReconcileRepl
     vectors = await embed_texts(ns, deps, meta, [fact.content for fact in req.facts])
     now = deps.clock()
     scope = read_scope("both", req.workflow_id, req.workspace, deps.access.stores)
-    await deps.store.current_at(ns, now)
     where = read_filter(now, scope, current=True)
-    found = await asyncio.gather(*(deps.store.knn(ns, vec, where, _POOL) for vec in vectors))
+    found = await asyncio.gather(
+        *(deps.store.queries.knn(ns, vec, where, _POOL, ended_by=now) for vec in vectors)
+    )
     ids = list(dict.fromkeys(c.id for cands in found for c in cands))
-    fetched = await deps.store.fetch(ns, ids, now, count_access=False)
+    fetched = await deps.store.reads.fetch(ns, ids, now, count_access=False)
     contents = {f.record.id: f.record.content for f in fetched if f is not None}
     results = [
         _decide(fact, [c for c in cands if c.id in contents], contents, req.limit, deps)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from contracts.types import TypeConfig
 from handlers.ops.clock import dt_to_ms
 from handlers.store.filters import ReadScope
+from handlers.store.validity import ReadTime
 
 if TYPE_CHECKING:
     from handlers.ops.deps import Deps
@@ -43,24 +44,9 @@ def read_scope(
     return ReadScope(workflow_id, general=True, workspace=workspace, stores=stores)
 
 
-class ReadTime(NamedTuple):
-    """Which memories a read sees in time: the current ones (`current`), those valid at
-    `as_of_ms` (v3), or, with `include_superseded` and no `as_of`, all of them."""
-
-    current: bool
-    as_of_ms: int | None
-
-
 async def read_time(
     ns: str, as_of: datetime | None, include_superseded: bool, deps: Deps, now_ms: int
 ) -> ReadTime:
-    """A read's time rule, with the namespace made ready for it: an `as_of` read needs
-    every memory's validity window (`Store.as_of_ready`); a current read first flags those
-    whose validity ended by now (`Store.current_at`)."""
-    if as_of is not None:
-        await deps.store.as_of_ready(ns)
-        return ReadTime(current=False, as_of_ms=dt_to_ms(as_of))
-    if include_superseded:
-        return ReadTime(current=False, as_of_ms=None)
-    await deps.store.current_at(ns, now_ms)
-    return ReadTime(current=True, as_of_ms=None)
+    """A read's time rule (`Validity.read_time`): pass its `ended_by` to the queries."""
+    as_of_ms = dt_to_ms(as_of) if as_of is not None else None
+    return await deps.store.validity.read_time(ns, as_of_ms, include_superseded, now_ms)

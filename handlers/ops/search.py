@@ -21,8 +21,9 @@ from handlers.ops.replies import to_scored
 from handlers.ops.scoping import ReadTime, read_scope, read_time
 from handlers.ops.terms import query_terms
 from handlers.ops.vectors import request_vector
-from handlers.store.filters import CURRENT, ReadScope, Scoped, read_filter, text_terms
+from handlers.store.filters import CURRENT, ReadScope, Scoped, read_filter
 from handlers.store.record import Candidate
+from handlers.store.text import text_terms
 
 
 class Ranked(NamedTuple):
@@ -89,10 +90,12 @@ async def ranked_candidates(
     if mode != "vector" and not terms and req.embedding is not None:
         mode = "vector"  # nothing to match as text: an embedding-only query
     # The words the text query reads across the namespace; the common ones are scored only
-    # over the candidates found (see `_rare_words`).
+    # over the candidates found (see `Text.rare_words`).
     rare = terms
     if mode == "hybrid" and terms and settings.text_read_share_max < 1.0:
-        rare = await _rare_words(ns, terms, deps)
+        rare = await deps.store.text.rare_words(
+            ns, terms, settings.text_read_share_max, settings.text_read_docs_min
+        )
     # Expiry is checked on the candidates below, not in the queries' filter: a numeric range
     # over every document slows RediSearch's hybrid KNN down.
     scope = read_scope(req.scope, req.workflow_id, req.workspace, deps.access.stores)
@@ -119,13 +122,21 @@ async def ranked_candidates(
     scored_among = rare != terms and vec is not None
     # The vector and full-text queries run side by side.
     nearest, matches = await asyncio.gather(
-        deps.store.knn(ns, vec, knn_where, k, scoped=_scoped(req, scope, current))
+        deps.store.queries.knn(
+            ns, vec, knn_where, k, scoped=_scoped(req, scope, current), ended_by=when.ended_by
+        )
         if vec is not None
         else _nothing(),
         # Only finding candidates, scored below where the superseded ones get no score:
         # "not superseded" cost a third of this query's Redis time at 100k.
-        deps.store.text(
-            ns, rare, where, k, current=current and not scored_among, finding=scored_among
+        deps.store.text.text(
+            ns,
+            rare,
+            where,
+            k,
+            current=current and not scored_among,
+            finding=scored_among,
+            ended_by=when.ended_by,
         )
         if mode != "vector" and rare
         else _nothing(),
@@ -135,7 +146,7 @@ async def ranked_candidates(
         # scores a whole-namespace query gives them, for work bounded by their number. A
         # superseded candidate gets none, so it is dropped here.
         found = {m.id: m for m in [*nearest, *matches]}
-        scores = await deps.store.text_scores(ns, terms, list(found), current)
+        scores = await deps.store.text.text_scores(ns, terms, list(found), current)
         matches = [
             msgspec.structs.replace(found[mid], text_score=score)
             for mid, score in sorted(scores.items(), key=lambda kv: kv[1], reverse=True)
@@ -163,31 +174,6 @@ def _scoped(req: SearchRequest, scope: ReadScope, current: bool) -> Scoped | Non
     """The search's filter as a scope alone, when nothing else narrows it."""
     narrowed = req.types or req.tags or req.people or req.since or req.until or req.as_of
     return None if narrowed else Scoped(scope, current)
-
-
-async def _rare_words(ns: str, terms: list[str], deps: Deps) -> list[str]:
-    """The words hybrid search's text query reads across the namespace: rarest first, those
-    whose memories add up to at most `text_read_share_max` of the namespace's (or
-    `text_read_docs_min`, if more). Redis reads every memory holding a word to score it, so
-    this bounds the query's work; the other words are scored only among the candidates the
-    vector query and these words found (INKEYS: its cost follows the candidates). The
-    counts are kept by the writes (`Store.count_words_later`), so this costs one HMGET."""
-    settings = deps.settings
-    written, counts = await deps.store.word_counts(ns, terms)
-    if written <= settings.text_read_docs_min:
-        return terms  # no word can be in more memories than were ever written
-    # Counts are of the memories written since the counts started (deleted and expired ones
-    # included): a word's share of those, times the memories live, estimates its memories.
-    live = await deps.store.live_total(ns)
-    budget = max(settings.text_read_docs_min, settings.text_read_share_max * live)
-    estimate = {t: n * live / written for t, n in zip(terms, counts, strict=True)}
-    read: set[str] = set()
-    for t in sorted(estimate, key=estimate.__getitem__):
-        budget -= estimate[t]
-        if budget < 0:
-            break
-        read.add(t)
-    return [t for t in terms if t in read]
 
 
 def _normalised(bm25: float | None, top: float) -> float:
@@ -229,8 +215,8 @@ async def _fill_missing_scores(
             m for m in unscored if _total(c.pool[m], c.cosines[m], low_txt, deps, now) >= bar
         ]
     stored, rescored = await asyncio.gather(
-        deps.store.vectors(ns, extra),
-        deps.store.text_scores(ns, terms, unscored, current)
+        deps.store.reads.vectors(ns, extra),
+        deps.store.text.text_scores(ns, terms, unscored, current)
         if unscored and linear
         else _no_scores(),
     )
@@ -299,7 +285,7 @@ async def _diversified(
 ) -> list[Ranked]:
     """Maximal marginal relevance over the best `depth` candidates (greedy)."""
     head, tail = ranked[:depth], ranked[depth:]
-    stored = await deps.store.vectors(ns, [r.id for r in head])
+    stored = await deps.store.reads.vectors(ns, [r.id for r in head])
     dim = max((len(v) for v in stored.values()), default=0)
     vectors = np.zeros((len(head), dim), np.float32)
     for i, r in enumerate(head):
@@ -334,7 +320,7 @@ async def _read_results(
     while ranked and len(results) < req.limit:
         want = req.limit - len(results)
         batch, ranked = ranked[:want], ranked[want:]
-        found = await deps.store.fetch(ns, [r.id for r in batch], now, count_access=counted)
+        found = await deps.store.reads.fetch(ns, [r.id for r in batch], now, count_access=counted)
         for r, f in zip(batch, found, strict=True):
             if f is None:
                 continue
@@ -353,5 +339,5 @@ async def _read_results(
                 )
             )
     if not counted:
-        deps.store.touch_later(ns, [r.id for r in results], now)
+        deps.store.reads.touch_later(ns, [r.id for r in results], now)
     return results

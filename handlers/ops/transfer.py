@@ -49,8 +49,10 @@ async def export(ns: str, req: ExportRequest, deps: Deps) -> ExportReply:
     else:
         ids, after = await deps.store.transfer.scan(ns, int(req.cursor), req.limit)
         cursor = str(after) if after else None
-    live = [f for f in await deps.store.fetch(ns, ids, now, count_access=False) if f]
-    vectors = await deps.store.vectors(ns, [f.record.id for f in live]) if req.embeddings else {}
+    live = [f for f in await deps.store.reads.fetch(ns, ids, now, count_access=False) if f]
+    vectors = (
+        await deps.store.reads.vectors(ns, [f.record.id for f in live]) if req.embeddings else {}
+    )
     memories: list[ExportedMemory] = []
     pending: list[str] = []
     room = deps.max_payload - _REPLY_ROOM
@@ -164,8 +166,6 @@ async def import_(ns: str, req: ImportRequest, deps: Deps) -> ImportReply:
         last = dt_to_ms(m.last_accessed_at) if m.last_accessed_at else None
         if await deps.store.transfer.write(ns, rec, vec, m.access_count, last, added):
             reply.created.append(rec.id)
-            # Words counted; a pooled namespace that an import outgrows is promoted.
-            deps.store.added(ns, [rec])
             await publish_event(deps, ns, "added", rec, now)
         else:  # written meanwhile (the same import, run twice at once)
             reply.existing.append(rec.id)

@@ -308,7 +308,6 @@ async def create_state(ns: str, req: CreateStateRequest, deps: Deps) -> OkReply:
             f'Workspace "{req.workspace}" holds the most states it may; create a new'
             " workspace for more."
         )
-    deps.store.count_words_later(ns, [rec])
     await publish_event(deps, ns, "added", rec, now)
     return OkReply()
 
@@ -326,7 +325,7 @@ async def load_state(ns: str, req: LoadStateRequest, deps: Deps) -> StateReply:
         claimed = await deps.store.spaces.state(ns, req.workspace, req.name)
     if claimed is None:
         raise state_not_found(req.name)
-    rec = await deps.store.read(ns, claimed.id, deps.clock())
+    rec = await deps.store.reads.read(ns, claimed.id, deps.clock())
     if rec is None:  # its type was configured with a TTL, and it expired
         raise state_not_found(req.name)
     fields = _state_metadata.decode(rec.metadata or "{}").state
@@ -360,7 +359,7 @@ async def archive_state(ns: str, req: ArchiveStateRequest, deps: Deps) -> OkRepl
     if outcome == "missing":
         raise state_not_found(req.name)
     if memory_id is not None:
-        rec = await deps.store.read(ns, memory_id, now)
+        rec = await deps.store.reads.read(ns, memory_id, now)
         if rec is not None:
             await publish_event(deps, ns, "updated", rec, now)
     return OkReply()

@@ -47,7 +47,7 @@ from handlers.ops.workspaces import state_is_immutable, workspace_not_found
 from handlers.store.filters import ReadScope, in_store, read_filter
 from handlers.store.ids import derived_id, new_id
 from handlers.store.record import PERMANENT_MS, Entry, Record, lifetime
-from handlers.store.store import AlreadyApplied, Immutable
+from handlers.store.writes import AlreadyApplied, Immutable
 
 # clear_by_type deletes in batches this small, so that Redis (which runs each batch's script
 # alone) keeps serving others between them, and stops after CLEAR_BUDGET_S, so that one call
@@ -105,8 +105,7 @@ async def _near_duplicate(
     scope = ReadScope(workflow_id=workflow_id, general=workflow_id is None, workspace=req.workspace)
     where = read_filter(None, scope, types=[req.type], current=True) & in_store(store)
     now = deps.clock()
-    await deps.store.current_at(ns, now)
-    for cand in await deps.store.knn(ns, vec, where, 3):
+    for cand in await deps.store.queries.knn(ns, vec, where, 3, ended_by=now):
         if cand.expires_at <= now:
             continue
         if similarity(cand.distance or 0.0) < threshold:
@@ -114,7 +113,7 @@ async def _near_duplicate(
         mentioned = entry("mentioned", now, req, req.agent_id)
         # Without a workspace the filter cannot exclude other workspaces' memories: the
         # mention checks that the candidate has none either.
-        rec = await deps.store.mention(ns, cand.id, now, mentioned, req.workspace)
+        rec = await deps.store.writes.mention(ns, cand.id, now, mentioned, req.workspace)
         if rec is not None:
             return rec
     return None
@@ -147,13 +146,15 @@ class PreparedAdd(NamedTuple):
 async def add(ns: str, req: AddRequest, deps: Deps) -> AddReply:
     write = deps.write
     durable_id = None if write is None else derived_id(write.published_ms, write.request_id)
-    if durable_id is not None and (done := await deps.store.read(ns, durable_id, deps.clock())):
+    if durable_id is not None and (
+        done := await deps.store.reads.read(ns, durable_id, deps.clock())
+    ):
         # A durable add applied before (its mark lost with a handler): nothing to do, no
         # embedding, and no dedup, which would count the memory as a mention of itself.
         return _added(done)
     if req.supersedes and req.type != STATE_TYPE:
         # Checked before the write: a state never changes, not even its `superseded_by`.
-        found = await deps.store.types(ns, req.supersedes)
+        found = await deps.store.reads.types(ns, req.supersedes)
         for mid, type_ in zip(req.supersedes, found, strict=True):
             if type_ == STATE_TYPE:
                 raise state_is_immutable(mid, "supersedes")
@@ -252,11 +253,13 @@ def _without_secrets(
 async def _write(ns: str, req: AddRequest, rec: Record, vec: np.ndarray, deps: Deps) -> AddReply:
     now = rec.created_at
     try:
-        repeat = await deps.store.add(ns, rec, vec, now, entry("added", now, req, req.agent_id))
+        repeat = await deps.store.writes.add(
+            ns, rec, vec, now, entry("added", now, req, req.agent_id)
+        )
     except AlreadyApplied:
         # The same durable add, written meanwhile by another handler (its claim lapsed while
         # this one was still at work; `add` checks first otherwise): nothing more to do.
-        done = await deps.store.read(ns, rec.id, now)
+        done = await deps.store.reads.read(ns, rec.id, now)
         return _added(done or rec)
     if repeat is not None:
         return await _repeated(ns, repeat, deps, now)
@@ -274,7 +277,7 @@ async def _supersede(ns: str, req: AddRequest, reply: AddReply, deps: Deps, star
     if unseen:
         ids = [mid for mid in ids if mid not in unseen]
         reply.missing.extend(unseen)
-    done = await deps.store.supersede(
+    done = await deps.store.writes.supersede(
         ns, ids, reply.id, start_ms, now, entry("superseded", now, req, req.agent_id)
     )
     for mid, rec in zip(ids, done, strict=True):
@@ -329,7 +332,7 @@ async def update(ns: str, req: UpdateRequest, deps: Deps) -> UpdateReply:
         write = deps.write
         if write is None:
             return await _update(ns, req, deps)
-        marks = await deps.store.write_marks(ns, req.id, _UPDATABLE)
+        marks = await deps.store.writes.write_marks(ns, req.id, _UPDATABLE)
         later = {
             name
             for name, mark in zip(_UPDATABLE, marks, strict=True)
@@ -338,7 +341,7 @@ async def update(ns: str, req: UpdateRequest, deps: Deps) -> UpdateReply:
         given = {name for name in _UPDATABLE if _given(req, name)}
         if given <= later:
             now = deps.clock()
-            rec = await deps.store.read(ns, req.id, now)
+            rec = await deps.store.reads.read(ns, req.id, now)
             if rec is None or not deps.access.sees(rec.store):
                 raise missing_memory(ns, req.id)
             return _updated(rec, rec.updated_at)
@@ -374,10 +377,8 @@ async def _update(
 ) -> UpdateReply:
     now = deps.clock()
     old, new, vec, done, secrets = await prepare_update(ns, req, deps, now)
-    if not await deps.store.update(ns, old, new, vec, now, done, marks):
+    if not await deps.store.writes.update(ns, old, new, vec, now, done, marks):
         raise missing_memory(ns, req.id)
-    if new.content != old.content or new.tags != old.tags:
-        deps.store.count_words_later(ns, [new])  # its new words (counts are of writes)
     await publish_event(deps, ns, "updated", new, now, agent_id=req.agent_id)
     reply = _updated(new, now)
     if secrets.redacted:
@@ -388,7 +389,7 @@ async def _update(
 async def prepare_update(ns: str, req: UpdateRequest, deps: Deps, now: int) -> PreparedUpdate:
     """Check an update as its own operation does (a live memory the caller sees, not a
     state; content, secrets, validity) and make the memory as it would leave it."""
-    old = await deps.store.read(ns, req.id, now)
+    old = await deps.store.reads.read(ns, req.id, now)
     if old is None or not deps.access.sees(old.store):
         raise missing_memory(ns, req.id)
     if old.type == STATE_TYPE:
@@ -450,7 +451,7 @@ async def _delete_and_announce(
     keep_ms = deps.settings.history_after_delete_s * 1000
     gone = msgspec.structs.replace(entry("deleted", now, req), reason=reason)
     try:
-        deleted = await deps.store.delete(ns, ids, now, gone, keep_ms, STATE_TYPE)
+        deleted = await deps.store.writes.delete(ns, ids, now, gone, keep_ms, STATE_TYPE)
     except Immutable as exc:
         raise state_is_immutable(exc.memory_id, "delete") from None
     missing = []
@@ -490,7 +491,7 @@ async def clear_by_type(ns: str, req: ClearByTypeRequest, deps: Deps) -> ClearBy
 
     async def batch() -> tuple[list[str], int]:
         where = read_filter(deps.clock(), scope, types=[req.type])
-        return await deps.store.ids(ns, where, CLEAR_BATCH)
+        return await deps.store.queries.ids(ns, where, CLEAR_BATCH)
 
     return await _delete_in_bounded_calls(ns, req, deps, batch)
 
@@ -541,26 +542,29 @@ async def compact(ns: str, req: CompactRequest, deps: Deps) -> ClearByTypeReply:
 
     async def batch() -> tuple[list[str], int]:
         now = deps.clock()
-        await deps.store.current_at(ns, now)
         where = read_filter(now, scope, types=[req.type], current=True)
-        doomed, matching = await _beyond_keep(ns, where, req, deps)
+        doomed, matching = await _beyond_keep(ns, where, req, deps, now)
         return doomed, max(0, matching - req.keep)
 
     return await _delete_in_bounded_calls(ns, req, deps, batch, reason="compacted")
 
 
 async def _beyond_keep(
-    ns: str, where: FilterExpression, req: CompactRequest, deps: Deps
+    ns: str, where: FilterExpression, req: CompactRequest, deps: Deps, now: int
 ) -> tuple[list[str], int]:
-    """Up to a batch of the memories ranked below the `keep` best, and how many match."""
+    """Up to a batch of the memories ranked below the `keep` best, and how many match (the
+    current ones at `now`)."""
+    queries = deps.store.queries
     field = _COMPACT_FIELDS.get(req.by)
     if field is not None:
-        return await deps.store.ids(ns, where, CLEAR_BATCH, sort_by=field, offset=req.keep)
-    _, matching = await deps.store.ids(ns, where, 0)
+        return await queries.ids(
+            ns, where, CLEAR_BATCH, sort_by=field, offset=req.keep, ended_by=now
+        )
+    _, matching = await queries.ids(ns, where, 0, ended_by=now)
     if matching <= req.keep:
         return [], matching
     # Newest first, so that among equally read memories the newer ones stay.
-    ids, matching = await deps.store.ids(ns, where, matching, sort_by="created_at")
-    counts = await deps.store.access_counts(ns, ids)
+    ids, matching = await deps.store.queries.ids(ns, where, matching, sort_by="created_at")
+    counts = await deps.store.reads.access_counts(ns, ids)
     ranked = sorted(zip(ids, counts, strict=True), key=lambda pair: -pair[1])
     return [mid for mid, _ in ranked[req.keep :]][:CLEAR_BATCH], matching

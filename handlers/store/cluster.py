@@ -6,12 +6,12 @@ follows MOVED and ASK while slots move. RediSearch declares an index's name as t
 its FT.* commands, so an FT.* command goes to the node of the name's slot; and it reads a
 document's fields only when the document's key is in that same slot (a field of another
 slot's key comes back empty, even on one node). So on a cluster:
-- a namespace's own index is named with its tag (`keys.index_name`): the node and slot of
+- a namespace's own index is named with its tag (`placement.index_name`): the node and slot of
   its memories;
 - a namespace born pooled keeps all its keys under its pool's tag (`keys.Pooled`), and the
   pool index is named with that tag: a pool lives in one slot. New pooled namespaces go
-  round `keys.OPEN_POOLS` pools, so the first ones spread over as many slots. Where a
-  namespace's keys live is decided by its first user and kept in `keys.home_key`
+  round `placement.OPEN_POOLS` pools, so the first ones spread over as many slots. Where a
+  namespace's keys live is decided by its first user and kept in `placement.home_key`
   (`Indexes.locate`); one that outgrows its pool gets an index of its own in that slot.
 Without a coordinator (RediSearch 2.10) an index covers the keys of its node only; when a
 slot moves, the index is missing on its new node, and the query that finds it missing
@@ -87,3 +87,15 @@ async def scan(client: Any, ns: str, cursor: int, match: str, count: int) -> tup
     node = client.get_node_from_key(keys.ns_prefix(ns))
     cursors, found = await client.scan(cursor, match=match, count=count, target_nodes=node)
     return int(next(iter(cursors.values()))), found
+
+
+async def batches(keys: AsyncIterator[Any], size: int = 500) -> AsyncIterator[list[Any]]:
+    """The items of an async iterator (a SCAN), `size` at a time."""
+    batch: list[Any] = []
+    async for key in keys:
+        batch.append(key)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch

@@ -5,7 +5,8 @@ from other query errors."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any
 
 import redis.exceptions
 import structlog
@@ -15,6 +16,9 @@ from handlers.errors import Unavailable
 
 # What a store part runs each Redis call in: Store._guard, which maps failures (redis_errors).
 Guard = Callable[[], contextlib.AbstractAsyncContextManager[None]]
+# Runs a write script that answers `unset` (writing nothing) when Redis lost the namespace,
+# after setting the namespace up anew (Store.write_with_setup).
+WriteWithSetup = Callable[[str, Callable[[], Awaitable[Any]], object], Awaitable[Any]]
 
 log = structlog.get_logger("membus.store")
 

@@ -3,10 +3,10 @@ the current schema, and forgotten when Redis was lost, since it may come back wi
 
 A new namespace starts *pooled*: its memories carry a `pool` field (a number of its own)
 and live in an index it shares with up to 63 other small namespaces of its vector dimension
-(`schema.pool_schema_dict`, `keys.pool_index_name`), and every query of it is confined to
+(`schema.pool_schema_dict`, `placement.pool_index_name`), and every query of it is confined to
 its own memories by that field (`Namespace.confine`). Once it holds `pool_max` memories it
 is *promoted* to an index of its own (`promote`), for good. Where a namespace is indexed is
-the `keys.tier_key` (its pool number, or `own`), which the write scripts read, so a memory is
+the `placement.tier_key` (its pool number, or `own`), which the write scripts read, so a memory is
 written into the right index even by a handler that has not yet heard of a promotion;
 readers of a pooled namespace check it after each query (`Store`). `MEMBUS_POOL_MAX=0`
 turns pools off. A namespace from before pools has no tier key and keeps its own index."""
@@ -28,27 +28,20 @@ from redisvl.query.filter import FilterExpression, Num
 from redisvl.schema import IndexSchema
 
 from handlers.errors import Unavailable
-from handlers.store.cluster import is_cluster, scan_iter
-from handlers.store.failures import is_missing_index
-from handlers.store.keys import (
+from handlers.store.cluster import is_cluster
+from handlers.store.failures import Guard, is_missing_index
+from handlers.store.keys import POOL_NAMESPACES, Pooled, meta_key
+from handlers.store.placement import (
     OWN_BUILDING,
     OWN_INDEX,
-    POOL_NAMESPACES,
     POOL_SEQUENCE,
-    TALLIES_COMPLETE,
-    VALIDITY_COMPLETE,
-    VALIDITY_TALLIED,
-    Pooled,
     home_key,
     index_name,
-    meta_key,
     passing_index_name,
     pool_filter,
     pool_number,
     pool_of,
-    record_prefix,
     spread,
-    tally_prefix,
     tier_key,
 )
 from handlers.store.resp import index_attributes, index_indexing, text
@@ -58,6 +51,7 @@ from handlers.store.schema import (
     pool_schema_dict,
     schema_dict,
 )
+from handlers.store.tallies import complete_marks
 
 log = structlog.get_logger("membus.store")
 T = TypeVar("T")
@@ -114,7 +108,7 @@ class Indexes:
         self,
         client: Any,
         mine: NamespaceMeta,
-        guard: Callable[[], contextlib.AbstractAsyncContextManager[None]],
+        guard: Guard,
         pool_max: int = 0,
     ) -> None:
         self.client = client
@@ -130,7 +124,7 @@ class Indexes:
         self._pending: dict[str, asyncio.Future[Namespace]] = {}
         self._locating: dict[str, asyncio.Future[str]] = {}
         self._settle_home = client.register_script(_SETTLE_HOME_LUA)
-        # Pool indexes by (dimension, group): `keys.pool_of`.
+        # Pool indexes by (dimension, group): `placement.pool_of`.
         self._pools: dict[tuple[int, int], AsyncSearchIndex] = {}
 
     async def locate(self, ns: str) -> str:
@@ -139,7 +133,7 @@ class Indexes:
         when its key is in the slot of the index's name, so a pool's namespaces keep their
         keys under the pool's tag there, for good (a namespace outgrowing its pool gets an
         index of its own in the same slot). Set by the namespace's first user, in
-        `keys.home_key`; cached, since it never changes while Redis keeps it."""
+        `placement.home_key`; cached, since it never changes while Redis keeps it."""
         if not self.clustered:
             return ns
         home = self._homes.get(ns)
@@ -247,11 +241,10 @@ class Indexes:
             # before metas were kept (or lost its meta): it is not new.
             fresh = created and tier is None and await self._info(index_name(ns)) is None
             if fresh:
-                # A new namespace: its writes count every memory it will hold (`tallies`).
-                await self.client.set(tally_prefix(ns) + TALLIES_COMPLETE, 1)
-                # ... and gives each its validity window (`validity`).
-                await self.client.set(tally_prefix(ns) + VALIDITY_COMPLETE, 1)
-                await self.client.set(tally_prefix(ns) + VALIDITY_TALLIED, 1)
+                # A new namespace: its writes count every memory it will hold (`tallies`)
+                # and give each its validity window (`validity`).
+                for key in complete_marks(ns):
+                    await self.client.set(key, 1)
             if tier is None:
                 # A namespace that had a meta but no tier was made before pools: its memories
                 # lack the pool field, so it keeps (or gets back) its own index.
@@ -263,7 +256,7 @@ class Indexes:
                 if fresh and sequence is not None:
                     first = str(pool_number(sequence, meta.dimension))
                     # The first number of its pool: no memory can be in that pool yet.
-                    # (A cluster's first is 0: `keys.spread`.)
+                    # (A cluster's first is 0: `placement.spread`.)
                     opens = sequence % POOL_NAMESPACES == 0
                     opens = opens or (sequence == 1 and not self.clustered)
                 else:
@@ -382,56 +375,6 @@ class Indexes:
         self._pools[pool_of(number)] = index
         return index
 
-    async def promote(self, ns: str, wait_s: float = 60.0) -> bool:
-        """Move a pooled namespace to an index of its own; False if it was not pooled, or
-        an index it needs had not indexed its memories within `wait_s` (try again later:
-        a promotion that stopped half-way goes on from where it was).
-
-        In order: a passing index (which indexes the namespace's memories, pool field or
-        not), then the tier says so (from here on writes leave the pool out, and readers of
-        the pool retry, on the passing index), then the pool field comes off every memory
-        so the pool drops them. A reader of the pool that checks the tier after its query
-        and still sees the pool number thus saw every memory.
-
-        Taking the field off re-indexes each memory in the passing index, which keeps the
-        replaced entries and their lengths in its BM25 statistics (garbage collection
-        takes the entries out, not the lengths): word scores came out at half an index's
-        built at once. So the namespace's own index is then built from the memories as
-        they now are; readers move to it when the tier says so and the passing index is
-        dropped (a reader that had it finds it missing and reads the tier again). Building
-        the index again under its one name instead left readers with a half-built index:
-        RediSearch builds one by scanning the whole keyspace, and answers meanwhile with
-        what it has scanned. Run it under the namespace's lock."""
-        async with self._guard():
-            tier = await self.client.get(tier_key(ns))
-            if tier is None or text(tier) == OWN_INDEX:
-                return False
-            meta = _meta_decoder.decode(await self.client.get(meta_key(ns)) or b"")
-            if text(tier) != OWN_BUILDING:
-                passing = await self.own(ns, meta.dimension, wait_s, name=passing_index_name(ns))
-                if not await self.wait_indexed(passing, 0):
-                    return False
-                await self.client.set(tier_key(ns), OWN_BUILDING)
-            moved = 0
-            async for batch in batches(scan_iter(self.client, ns, f"{record_prefix(ns)}*")):
-                pipe = self.client.pipeline(transaction=False)
-                for key in batch:
-                    pipe.hdel(key, POOL_FIELD)
-                moved += sum(await pipe.execute())
-            # Nobody reads the namespace's own index yet: one left by a promotion that
-            # stopped half-way may hold memories indexed with the field.
-            with contextlib.suppress(redis.exceptions.ResponseError):
-                await self.client.execute_command("FT.DROPINDEX", index_name(ns))
-            final = await self.own(ns, meta.dimension, wait_s)
-            if not await self.wait_indexed(final, 0):
-                return False
-            await self.client.set(tier_key(ns), OWN_INDEX)
-            with contextlib.suppress(redis.exceptions.ResponseError):
-                await self.client.execute_command("FT.DROPINDEX", passing_index_name(ns))
-        self.forget(ns)
-        log.info("index.promoted", namespace=ns, index=index_name(ns), memories=moved)
-        return True
-
     async def _bring_up(self, index: AsyncSearchIndex, info: Any, wait_s: float = 5.0) -> None:
         """An index found or just made (`info`: its FT.INFO, None if it is gone again): up
         to the current schema, and, while it indexes existing memories, waited for."""
@@ -488,15 +431,3 @@ async def _unless_exists() -> AsyncIterator[None]:
     except (RedisSearchError, redis.exceptions.ResponseError) as exc:
         if "already exists" not in str(exc).lower():
             raise
-
-
-async def batches(keys: AsyncIterator[Any], size: int = 500) -> AsyncIterator[list[Any]]:
-    """The items of an async iterator (a SCAN), `size` at a time."""
-    batch: list[Any] = []
-    async for key in keys:
-        batch.append(key)
-        if len(batch) >= size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch

@@ -5,7 +5,7 @@ Before version 2 a namespace's keys were `membus:<ns>:...`, and its tier and met
 (`keys.ns_prefix`). The first handler to start on a Redis without `LAYOUT_KEY` migrates it
 under a lock while the others wait: every old key is RENAMEd (which keeps its expiry), and
 every namespace's own index is dropped (its memories kept) and made again under its new
-name (`keys.index_name`) over the new prefix. Pool indexes cover all of `membus:` with a
+name (`placement.index_name`) over the new prefix. Pool indexes cover all of `membus:` with a
 filter, so they follow the renames themselves. Run the handlers of one version at a time:
 an older handler still running would write the old layout."""
 
@@ -20,8 +20,8 @@ import msgspec
 import structlog
 
 from contracts.subjects import is_valid_namespace
-from handlers.store.cluster import is_cluster
-from handlers.store.indexes import Indexes, batches
+from handlers.store.cluster import batches, is_cluster
+from handlers.store.indexes import Indexes
 from handlers.store.keys import ROOT, meta_key, ns_prefix
 from handlers.store.resp import index_prefixes, text
 from handlers.store.schema import NamespaceMeta

@@ -10,12 +10,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import redis.exceptions
 
 from handlers.errors import Unavailable
+from handlers.store.failures import Guard
 
 FIRST_POLL_S = 0.002
 LAST_POLL_S = 0.05
@@ -30,9 +31,7 @@ class _Local:
 
 
 class Locks:
-    def __init__(
-        self, client: Any, guard: Callable[[], contextlib.AbstractAsyncContextManager[None]]
-    ) -> None:
+    def __init__(self, client: Any, guard: Guard) -> None:
         self._client = client
         self._guard = guard
         self._local: dict[str, _Local] = {}

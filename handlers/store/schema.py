@@ -8,12 +8,8 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from handlers.store.keys import (
-    index_name,
-    pool_index_name,
-    pool_prefix,
-    record_prefix,
-)
+from handlers.store.keys import record_prefix
+from handlers.store.placement import index_name, pool_index_name, pool_prefix
 from handlers.store.record import PEOPLE_SEPARATOR, PERMANENT_MS, Record, expiry, new_fields
 
 # The hash field that holds a memory's embedding (float32 bytes), written beside the record.
@@ -97,8 +93,8 @@ POOL_BLOCK = 64
 
 def pool_schema_dict(number: int, dimension: int, clustered: bool = False) -> dict[str, Any]:
     """The index that the pooled namespace with pool `number` shares with others of its
-    vector `dimension` (`keys.pool_index_name`): every field of a
-    namespace's own index, plus `pool` (`keys.pool_number`), which each query filters on:
+    vector `dimension` (`placement.pool_index_name`): every field of a
+    namespace's own index, plus `pool` (`placement.pool_number`), which each query filters on:
     a number, as a numeric range adds nothing to BM25 where a tag (even at weight 0 alone
     in its group) adds its own IDF.
 

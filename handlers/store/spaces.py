@@ -10,7 +10,6 @@ taken twice, a state in a missing workspace) are single Lua scripts.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Any, Literal, NamedTuple
 
 import msgspec
@@ -19,15 +18,98 @@ import redis.asyncio as aioredis
 
 from contracts import limits
 from handlers.store import keys
-from handlers.store.failures import Guard
+from handlers.store.background import Added
+from handlers.store.failures import Guard, WriteWithSetup
+from handlers.store.lua import lua
+from handlers.store.placement import POOLED, tier_key
 from handlers.store.record import Entry, Record
 from handlers.store.resp import text
 from handlers.store.schema import new_hash
-from handlers.store.scripts import (
-    ARCHIVE_STATE_LUA,
-    CREATE_STATE_LUA,
-    CREATE_WORKSPACE_LUA,
-    UPDATE_WORKSPACE_LUA,
+from handlers.store.tallies import tally_prefix
+from handlers.store.tallies.scripts import TALLY
+from handlers.store.writes import FOLLOW
+
+# Create a workspace unless its name is taken (check and write in one step, so two handlers
+# creating one name at once leave one workspace). KEYS: the workspace, the namespace's index.
+# ARGV: name, created (ms), the most workspaces a namespace may hold, then field/value pairs.
+# Returns 1 (created), 0 (name taken) or -1 (the namespace is full).
+CREATE_WORKSPACE_LUA = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[3]) then return -1 end
+local pairs = {}
+for j = 4, #ARGV do pairs[#pairs + 1] = ARGV[j] end
+redis.call('HSET', KEYS[1], unpack(pairs))
+redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
+return 1
+"""
+
+
+# Set fields of an existing workspace, and its `updated_at` when one of them changed.
+# KEYS: the workspace. ARGV: updated_at, then field/value pairs (values JSON, as stored).
+# Returns 0 (no such workspace), 1 (changed) or 2 (every field had that value already).
+UPDATE_WORKSPACE_LUA = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+local changed = {}
+for j = 2, #ARGV, 2 do
+  if redis.call('HGET', KEYS[1], ARGV[j]) ~= ARGV[j + 1] then
+    changed[#changed + 1] = ARGV[j]
+    changed[#changed + 1] = ARGV[j + 1]
+  end
+end
+if #changed == 0 then return 2 end
+changed[#changed + 1] = 'updated_at'
+changed[#changed + 1] = ARGV[1]
+redis.call('HSET', KEYS[1], unpack(changed))
+return 1
+"""
+
+
+# Create a state: its workspace must exist and its name be new there, forever; the name's
+# claim and the state's memory are written in one step. KEYS: the workspace, its states,
+# the new record, its history, the namespace's tally prefix, its tier. ARGV: name, the states
+# entry (JSON), expires (ms, or 0 for permanent), the history entry, the most states a
+# workspace may hold, then the record's field/value pairs. Returns 'ok', 'no_workspace',
+# 'exists', 'full', or 'unset' (the namespace has no tier: see ADD_LUA).
+CREATE_STATE_LUA = lua(
+    FOLLOW,
+    POOLED,
+    TALLY,
+    """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 'no_workspace' end
+if redis.call('EXISTS', KEYS[6]) == 0 then return 'unset' end
+if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then return 'exists' end
+if redis.call('HLEN', KEYS[2]) >= tonumber(ARGV[5]) then return 'full' end
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+local pairs = {}
+for j = 6, #ARGV do pairs[#pairs + 1] = ARGV[j] end
+pooled(KEYS[6], pairs)
+redis.call('HSET', KEYS[3], unpack(pairs))
+if ARGV[3] ~= '0' then redis.call('PEXPIREAT', KEYS[3], ARGV[3]) end
+-- A new memory: counted whatever the time (0), its expiry was checked by the caller.
+retally(KEYS[5], redis.call('HGET', KEYS[3], '$id'), KEYS[3], 0)
+redis.call('RPUSH', KEYS[4], ARGV[4])
+follow(KEYS[4], KEYS[3])
+return 'ok'
+""",
+)
+
+
+# Archive a state: add its name to the archived set and note it in its memory's history.
+# KEYS: the workspace, its states, its archived set. ARGV: name, history key prefix, the
+# history entry. Returns 'no_workspace', 'missing', 'already', or the state's memory id.
+ARCHIVE_STATE_LUA = lua(
+    """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 'no_workspace' end
+local raw = redis.call('HGET', KEYS[2], ARGV[1])
+if not raw then return 'missing' end
+if redis.call('SADD', KEYS[3], ARGV[1]) == 0 then return 'already' end
+local id = cjson.decode(raw)['id']
+local hist = ARGV[2] .. id
+if redis.call('EXISTS', hist) == 1 then
+  redis.call('RPUSH', hist, ARGV[3])
+end
+return id
+""",
 )
 
 
@@ -92,7 +174,6 @@ _UNSET = "unset"  # ... and for a namespace Redis lost (no tier key)
 
 
 # Store.write_with_setup: run a write script, set the namespace up again if it answers `unset`.
-WriteWithSetup = Callable[[str, Callable[[], Awaitable[str]], object], Awaitable[str]]
 
 
 class NoWorkspace(Exception):
@@ -107,11 +188,13 @@ class Spaces:
         client: aioredis.Redis,
         guard: Guard,
         write_with_setup: WriteWithSetup,
+        added: Added,
     ) -> None:
         self.client = client
         self._guard = guard
         # Runs a record write, setting the namespace up again if Redis lost it (Store's).
         self._write_set_up = write_with_setup
+        self._added = added
         self._create_workspace = client.register_script(CREATE_WORKSPACE_LUA)
         self._update_workspace = client.register_script(UPDATE_WORKSPACE_LUA)
         self._create_state = client.register_script(CREATE_STATE_LUA)
@@ -185,8 +268,8 @@ class Spaces:
             keys.states_key(ns, workspace),
             keys.record_key(ns, rec.id),
             keys.history_key(ns, rec.id),
-            keys.tally_prefix(ns),
-            keys.tier_key(ns),
+            tally_prefix(ns),
+            tier_key(ns),
         ]
 
         async def write() -> str:
@@ -195,7 +278,10 @@ class Spaces:
         out = await self._write_set_up(ns, write, _UNSET)
         if out == _NO_WORKSPACE:
             raise NoWorkspace(workspace)
-        return out  # type: ignore[return-value]
+        if out == "ok":
+            self._added(ns, [rec])
+            return "ok"
+        return "exists" if out == "exists" else "full"
 
     async def state(self, ns: str, workspace: str, name: str) -> Claimed | None:
         """The memory a state's name points at (None: no such state; `NoWorkspace`)."""
@@ -244,6 +330,8 @@ class Spaces:
             )
         if out == _NO_WORKSPACE:
             raise NoWorkspace(workspace)
-        if out in ("missing", "already"):
-            return out, None  # type: ignore[return-value]
+        if out == "missing":
+            return "missing", None
+        if out == "already":
+            return "already", None
         return "archived", out

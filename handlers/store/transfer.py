@@ -5,7 +5,6 @@ memory back exactly, once."""
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
@@ -13,11 +12,51 @@ import numpy as np
 import redis.asyncio as aioredis
 
 from handlers.store import cluster, keys
-from handlers.store.failures import Guard
+from handlers.store.background import Added
+from handlers.store.failures import Guard, WriteWithSetup
+from handlers.store.lua import lua
+from handlers.store.placement import POOLED, tier_key
 from handlers.store.record import Entry, Record
 from handlers.store.resp import text
 from handlers.store.schema import new_hash
-from handlers.store.scripts import IMPORT_LUA
+from handlers.store.tallies import tally_prefix
+from handlers.store.tallies.scripts import TALLY
+from handlers.store.writes import FOLLOW
+
+# Write an exported memory back as it was (`import`), unless its id exists: then nothing
+# changes, so an import run twice is the same as once. KEYS: record, access, history, dedup
+# key (ending in ':' for none), the namespace's tally prefix, its tier. ARGV: expiry (ms,
+# '0' permanent), access count, last access (ms or ''), the history entry (written only into
+# an empty history), then the record's field/value pairs. The dedup key is set only where no other
+# memory holds it. Returns 1 when written, 0 when the id exists, 2 (nothing written) when the
+# namespace has no tier (see ADD_LUA).
+IMPORT_LUA = lua(
+    FOLLOW,
+    POOLED,
+    TALLY,
+    """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+if redis.call('EXISTS', KEYS[6]) == 0 then return 2 end
+local pairs = {}
+for j = 5, #ARGV do pairs[#pairs + 1] = ARGV[j] end
+pooled(KEYS[6], pairs)
+redis.call('HSET', KEYS[1], unpack(pairs))
+if ARGV[1] ~= '0' then redis.call('PEXPIREAT', KEYS[1], ARGV[1]) end
+retally(KEYS[5], redis.call('HGET', KEYS[1], '$id'), KEYS[1], 0)
+if tonumber(ARGV[2]) > 0 or ARGV[3] ~= '' then
+  redis.call('HSET', KEYS[2], 'access_count', ARGV[2])
+  if ARGV[3] ~= '' then redis.call('HSET', KEYS[2], 'last_accessed_at', ARGV[3]) end
+  if ARGV[1] ~= '0' then redis.call('PEXPIREAT', KEYS[2], ARGV[1]) end
+end
+if redis.call('EXISTS', KEYS[3]) == 0 then redis.call('RPUSH', KEYS[3], ARGV[4]) end
+follow(KEYS[3], KEYS[1])
+if string.sub(KEYS[4], -1) ~= ':' and redis.call('EXISTS', KEYS[4]) == 0 then
+  redis.call('SET', KEYS[4], redis.call('HGET', KEYS[1], '$id'))
+  if ARGV[1] ~= '0' then redis.call('PEXPIREAT', KEYS[4], ARGV[1]) end
+end
+return 1
+""",
+)
 
 # One SCAN call looks at this many keys (of every namespace: SCAN's MATCH filters after).
 SCAN_COUNT = 1000
@@ -25,16 +64,16 @@ SCAN_COUNT = 1000
 # millions of other keys costs a few pages instead of one long call.
 SCAN_BUDGET_S = 0.2
 _UNSET = 2
-WriteWithSetup = Callable[[str, Callable[[], Awaitable[Any]], object], Awaitable[Any]]
 
 
 class Transfer:
     def __init__(
-        self, client: aioredis.Redis, guard: Guard, write_with_setup: WriteWithSetup
+        self, client: aioredis.Redis, guard: Guard, write_with_setup: WriteWithSetup, added: Added
     ) -> None:
         self._client = client
         self._guard = guard
         self._write_set_up = write_with_setup
+        self._added = added
         self._import = client.register_script(IMPORT_LUA)
 
     async def scan(self, ns: str, cursor: int, limit: int) -> tuple[list[str], int]:
@@ -80,8 +119,8 @@ class Transfer:
             keys.access_key(ns, rec.id),
             keys.history_key(ns, rec.id),
             keys.dedup_key(ns, rec.content_hash),
-            keys.tally_prefix(ns),
-            keys.tier_key(ns),
+            tally_prefix(ns),
+            tier_key(ns),
         ]
         args: list[Any] = [
             expires,
@@ -94,4 +133,7 @@ class Transfer:
         out = await self._write_set_up(
             ns, lambda: self._import(keys=script_keys, args=args), _UNSET
         )
+        if out:
+            # Words counted; a pooled namespace that an import outgrows is promoted.
+            self._added(ns, [rec])
         return bool(out)

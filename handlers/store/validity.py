@@ -3,7 +3,7 @@ was learnt.
 
 Current reads leave out a memory whose validity has ended as they leave out a superseded
 one, through the same `superseded` flag: the writes keep the current memories that have an
-end in a sorted set (`retally` in scripts._TALLY), and a read first flags those whose end has
+end in a sorted set (`retally` in the tallies' Lua), and a read first flags those whose end has
 passed (`end`, and `describe`'s and `list`'s tally reads), so a current read costs the one
 negation it always did. `as_of` reads match the `vf`/`vu` index fields instead
 (`filters.valid_at`).
@@ -15,36 +15,155 @@ waits a little for it.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable
-from typing import Any
+import asyncio
+import time
+from typing import Any, NamedTuple
 
 import redis.asyncio as aioredis
+import structlog
 
+from handlers.errors import Unavailable
 from handlers.store import keys
-from handlers.store.cluster import scan_iter
-from handlers.store.indexes import batches
+from handlers.store.cluster import batches, scan_iter
+from handlers.store.failures import Guard
+from handlers.store.indexes import Indexes
+from handlers.store.lock import Locks
+from handlers.store.lua import fragment, lua
 from handlers.store.resp import text
-from handlers.store.scripts import ENDED_LUA, VALIDITY_BACKFILL_LUA
+from handlers.store.tallies import VALIDITY_COMPLETE, VALIDITY_TALLIED, tally_prefix
+from handlers.store.tallies.scripts import ENDS_MAX, TALLY
+
+log = structlog.get_logger("membus.store")
+
+# Before a current read: flag (and count as such) the memories whose validity has ended by
+# now (see end_validity), up to ENDS_MAX of them. KEYS: the tally prefix. ARGV: now, the
+# record key prefix. Returns how many were flagged.
+ENDED_LUA = lua(
+    TALLY,
+    fragment(
+        "return end_validity(KEYS[1], ARGV[2], tonumber(ARGV[1]), $ends_max)",
+        ends_max=ENDS_MAX,
+    ),
+)
+
+
+# Give memories written before v3 their validity window for `as_of` reads (`vf`, `vu`): from
+# `created_at`, and, for a superseded one, until the newer memory's start (or, when that one
+# is gone, the moment of the supersede, its `updated_at`). A memory with `vf` already is left
+# as it is; each is counted again, with its window (tally_desc). KEYS: the tally prefix,
+# then record keys. ARGV: the record key prefix, now (ms), then each record's memory id
+# (from ARGV[3]). Returns how many were given one.
+VALIDITY_BACKFILL_LUA = lua(
+    TALLY,
+    """
+local n = 0
+for i = 2, #KEYS do
+  local rec, id = KEYS[i], ARGV[i + 1]
+  local f = redis.call('HMGET', rec, '$id', 'vf', '$created_at', '$valid_from', '$valid_until',
+    '$superseded_by', '$updated_at')
+  if f[1] and not f[2] then
+    local vf = f[4] or f[3] or '0'
+    local vu = f[5]
+    if not vu and f[6] then
+      local newer = redis.call('HMGET', ARGV[1] .. f[6], '$valid_from', '$created_at')
+      vu = newer[1] or newer[2] or f[7] or f[3]
+      if tonumber(vu) < tonumber(vf) then vu = vf end
+      redis.call('HSET', rec, '$valid_until', vu)
+    end
+    redis.call('HSET', rec, 'vf', vf, 'vu', vu or '$open_until')
+    n = n + 1
+  end
+  if f[1] then retally(KEYS[1], id, rec, tonumber(ARGV[2])) end
+end
+return n
+""",
+)
+
+
+# How long an `as_of` read waits for a namespace from before v3 to get validity windows.
+AS_OF_WAIT_S = 2.0
+
+
+class ReadTime(NamedTuple):
+    """Which memories a read sees in time: the current ones (`current`), those valid at
+    `as_of_ms` (v3), or, with `include_superseded` and no `as_of`, all of them. A current
+    read's queries flag the memories whose validity ended by `ended_by` first (its time)."""
+
+    current: bool
+    as_of_ms: int | None
+    ended_by: int | None = None
 
 
 class Validity:
     def __init__(
         self,
         client: aioredis.Redis,
-        guard: Callable[[], contextlib.AbstractAsyncContextManager[None]],
+        guard: Guard,
+        indexes: Indexes,
+        locks: Locks,
     ) -> None:
         self.client = client
         self._guard = guard
+        self._indexes = indexes
+        self._locks = locks
         self._ended = client.register_script(ENDED_LUA)
         self._backfill = client.register_script(VALIDITY_BACKFILL_LUA)
         # Namespaces seen complete (a marker never goes away while Redis keeps its data).
         self._complete: set[str] = set()
+        self._backfills: dict[str, asyncio.Future[None]] = {}
+
+    async def read_time(
+        self, ns: str, as_of_ms: int | None, include_superseded: bool, now_ms: int
+    ) -> ReadTime:
+        """A read's time rule, the namespace made ready for it: an `as_of` read needs every
+        memory's validity window (`as_of_ready`)."""
+        if as_of_ms is not None:
+            await self.as_of_ready(ns)
+            return ReadTime(current=False, as_of_ms=as_of_ms)
+        if include_superseded:
+            return ReadTime(current=False, as_of_ms=None)
+        return ReadTime(current=True, as_of_ms=None, ended_by=now_ms)
+
+    async def as_of_ready(self, ns: str) -> None:
+        """Before an `as_of` read: every memory of the namespace has its validity window.
+        A namespace from before v3 is given them once, by one handler at a time; a read
+        waits up to AS_OF_WAIT_S for that, then gets `unavailable`."""
+        await self._indexes.get(ns)
+        if await self.complete(ns):
+            return
+        task = self._backfills.get(ns)
+        if task is None:
+            task = self._backfills[ns] = asyncio.ensure_future(self._backfill_once(ns))
+            task.add_done_callback(lambda _: self._backfills.pop(ns, None))
+        try:
+            await asyncio.wait_for(asyncio.shield(task), AS_OF_WAIT_S)
+        except TimeoutError:
+            raise Unavailable(
+                "This namespace's memories are being given their validity windows for"
+                " `as_of` reads (they were written before v3): retry in a few seconds;"
+                " reads without `as_of` work meanwhile."
+            ) from None
+
+    async def _backfill_once(self, ns: str) -> None:
+        async with self._locks.hold(keys.lock_key(ns, "validity"), 300.0):
+            if await self.complete(ns):
+                return  # another handler did it while this one waited for the lock
+            given = await self.backfill(ns, int(time.time() * 1000))
+        log.info("validity.backfilled", namespace=ns, memories=given)
+
+    def end_in(self, pipe: Any, ns: str, now_ms: int) -> None:
+        """Queue `end` into a pipeline, before the current read it prepares (`Queries`)."""
+        args = [now_ms, keys.record_prefix(ns)]
+        pipe.execute_command("EVALSHA", self._ended.sha, 1, tally_prefix(ns), *args)
+
+    async def load_scripts(self) -> None:
+        """Load this room's scripts into Redis (after it lost them)."""
+        await self.client.script_load(ENDED_LUA)
 
     async def end(self, ns: str, now_ms: int) -> int:
         """Flag the memories whose validity has ended by `now_ms` (a bounded batch); how
         many there were."""
-        prefix = keys.tally_prefix(ns)
+        prefix = tally_prefix(ns)
         async with self._guard():
             return int(await self._ended(keys=[prefix], args=[now_ms, keys.record_prefix(ns)]))
 
@@ -53,7 +172,7 @@ class Validity:
         if ns in self._complete:
             return True
         async with self._guard():
-            done = await self.client.exists(keys.tally_prefix(ns) + keys.VALIDITY_COMPLETE)
+            done = await self.client.exists(tally_prefix(ns) + VALIDITY_COMPLETE)
         if done:
             self._complete.add(ns)
         return bool(done)
@@ -67,14 +186,14 @@ class Validity:
         each memory's window in the tallies (`as_of` lists), then mark the namespace
         complete for both; how many were given one. New writes carry theirs, and a memory
         that has one keeps it, so running it twice changes nothing."""
-        prefix = keys.tally_prefix(ns)
+        prefix = tally_prefix(ns)
         given = 0
         async with self._guard():
             records = scan_iter(self.client, ns, f"{keys.record_prefix(ns)}*")
             async for batch in batches(records, size):
                 given += await self._fill(ns, prefix, batch, now_ms)
-            await self.client.set(prefix + keys.VALIDITY_COMPLETE, 1)
-            await self.client.set(prefix + keys.VALIDITY_TALLIED, 1)
+            await self.client.set(prefix + VALIDITY_COMPLETE, 1)
+            await self.client.set(prefix + VALIDITY_TALLIED, 1)
         self._complete.add(ns)
         return given
 

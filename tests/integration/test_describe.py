@@ -19,11 +19,10 @@ from bus import AgentMemory, MemoryBus
 from bus.errors import NotFound
 from handlers.store import keys
 from handlers.store.filters import ReadScope, Scoped, read_filter
-from handlers.store.keys import TALLIES_COMPLETE, tally_prefix
 from handlers.store.record import Record
-from handlers.store.scripts import SETTLE_MAX
 from handlers.store.store import Store
-from handlers.store.tallies import Overview
+from handlers.store.tallies import TALLIES_COMPLETE, Overview, tally_prefix
+from handlers.store.tallies.scripts import SETTLE_MAX
 
 pytestmark = pytest.mark.transports("in_process", "nats", "cluster")
 
@@ -141,8 +140,8 @@ async def _assert_counts_equal_aggregation(store: Store, ns: str) -> None:
         # for a moment; a lasting difference fails.
         for _ in range(20):
             now = int(time.time() * 1000)
-            kept = await store.overview(ns, scope, now)
-            full = Overview.of(await store.aggregate(ns, read_filter(now, scope)))
+            kept = await store.queries.overview(ns, scope, now)
+            full = Overview.of(await store.queries.aggregate(ns, read_filter(now, scope)))
             # An aggregation cannot tell idle-bounded memories (test_idle counts them).
             assert kept.idle_count is not None and full.idle_count is None
             if kept._replace(idle_count=None) == full:
@@ -166,11 +165,11 @@ async def _assert_pages_equal_index_pages(store: Store, ns: str) -> None:
                 # are slower, so a few reads in a row can each meet one.
                 for attempt in range(20):
                     now = int(time.time() * 1000)
-                    kept = await store.newest(
+                    kept = await store.queries.newest(
                         ns, scope, now, offset=offset, limit=limit, current=current
                     )
                     where = read_filter(now, scope, current=current)
-                    full = await store.page(ns, where, Record, offset=offset, limit=limit)
+                    full = await store.queries.page(ns, where, Record, offset=offset, limit=limit)
                     assert kept is not None
                     times = [r.created_at for r in kept.items]
                     same = kept.total == full.total
@@ -294,7 +293,7 @@ async def test_a_vector_query_by_scope_alone_reads_its_size_from_the_counts(
     store = in_process.deps.store
     scope = ReadScope("wf_123", True)
     seen: list[int] = []
-    policy = store._policy
+    policy = store.queries._policy
     choose = policy.choose
 
     async def recorded(ns_: str, where: str, count: Any) -> str:
@@ -308,10 +307,10 @@ async def test_a_vector_query_by_scope_alone_reads_its_size_from_the_counts(
     try:
         searches = await _searches(rds)
         where = read_filter(None, scope, current=True)
-        chosen = await store.hybrid_policy(ns, where, scoped=Scoped(scope, True))
+        chosen = await store.queries.hybrid_policy(ns, where, scoped=Scoped(scope, True))
         assert await _searches(rds) == searches  # no count query
         assert seen == [2, 3]  # the scope's current memories, then the namespace's
-        assert chosen == await store.hybrid_policy(ns, read_filter(None, scope), "other")
+        assert chosen == await store.queries.hybrid_policy(ns, read_filter(None, scope), "other")
     finally:
         policy.choose = choose  # type: ignore[method-assign]
 

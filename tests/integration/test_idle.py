@@ -15,6 +15,7 @@ from bus import AgentMemory, MemoryBus
 from bus.errors import InvalidRequest
 from contracts.messages import ImportedMemory
 from handlers.store import keys
+from handlers.store.tallies import tally_prefix
 
 pytestmark = pytest.mark.transports("in_process", "nats", "cluster")
 
@@ -47,7 +48,7 @@ async def test_every_kind_of_read_pushes_the_expiry(
     ns = key_ns
     # Every key of the memory, and the tallies' expiry set, follow the record.
     assert await rds.pexpiretime(keys.history_key(ns, added.id)) == first
-    assert int(await rds.zscore(keys.tally_prefix(ns) + "x", added.id)) == first
+    assert int(await rds.zscore(tally_prefix(ns) + "x", added.id)) == first
     got = (await wf123.get([added.id])).memories[0]
     assert got.idle_ttl_s == 60
 
@@ -56,7 +57,7 @@ async def test_every_kind_of_read_pushes_the_expiry(
     await wf123.search("staging password")
     t1 = await _pushed(rds, key_ns, added.id, first)
     assert at + 60_000 <= t1 <= _ms() + 60_000
-    assert int(await rds.zscore(keys.tally_prefix(ns) + "x", added.id)) == t1
+    assert int(await rds.zscore(tally_prefix(ns) + "x", added.id)) == t1
     assert await rds.pexpiretime(keys.access_key(ns, added.id)) == t1
 
     await asyncio.sleep(0.3)

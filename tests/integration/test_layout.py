@@ -32,6 +32,7 @@ from handlers.ops.deps import Deps
 from handlers.ops.workspaces import create_workspace, load_workspace
 from handlers.store import keys, layout
 from handlers.store.indexes import Indexes
+from handlers.store.placement import OWN_INDEX, index_name, tier_key
 from handlers.store.resp import text
 from handlers.store.schema import NamespaceMeta, schema_dict
 from handlers.store.store import Store
@@ -51,9 +52,9 @@ def _old_name(new: str, ns: str) -> str:
 
 async def _to_old_layout(client: Any, ns: str) -> int:
     """Move the namespace back to the layout before hash tags; how many keys moved."""
-    own = await client.get(keys.tier_key(ns)) == keys.OWN_INDEX.encode()
+    own = await client.get(tier_key(ns)) == OWN_INDEX.encode()
     if own:
-        await client.execute_command("FT.DROPINDEX", keys.index_name(ns))
+        await client.execute_command("FT.DROPINDEX", index_name(ns))
     found = [text(k) async for k in client.scan_iter(match=keys.ns_prefix(ns) + "*")]
     for key in found:
         await client.rename(key, _old_name(key, ns))

@@ -12,7 +12,7 @@ import structlog
 from bus import AgentMemory, InvalidRequest, MemoryBus
 from contracts import CompactListReply, Context, ListReply
 from handlers.dispatch import dispatch
-from handlers.store.keys import OWN_INDEX, index_name, pool_index_name, tier_key
+from handlers.store.placement import OWN_INDEX, index_name, pool_index_name, tier_key
 
 # Every operation both ways: in this process, and through NATS to the handler processes.
 pytestmark = pytest.mark.transports("in_process", "nats", "cluster")

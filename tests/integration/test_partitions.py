@@ -56,6 +56,7 @@ from bus import AgentMemory, MemoryBus
 from contracts.subjects import DURABLE_CONSUMER, DURABLE_STREAM
 from deploy.embedded import EmbeddedStack, ping_handlers, wait_for_handlers
 from handlers.store import keys
+from handlers.store.placement import OWN_INDEX, home_key
 from handlers.store.replicas import declared_replicas
 
 # A scenario takes 8-45 s; the bound covers every wait below at its longest.
@@ -158,9 +159,9 @@ def primary_of(stack: EmbeddedStack, ns: str) -> str:
     """The primary that holds the namespace's keys (their slot: its pool's, once it has a
     home; test_redis_cluster's `_located` and `_primary_of`, by address)."""
     with redis_cluster(stack) as client:
-        home = client.get(keys.home_key(ns))
+        home = client.get(home_key(ns))
         assert home is not None, f"{ns} has no home"
-        located = ns if home == keys.OWN_INDEX.encode() else keys.Pooled(ns, int(home))
+        located = ns if home == OWN_INDEX.encode() else keys.Pooled(ns, int(home))
         node = client.get_node_from_key(keys.ns_prefix(located))
         return node_named(stack, node.host, node.port)
 

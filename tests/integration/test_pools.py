@@ -31,13 +31,8 @@ from handlers import ops as operations
 from handlers.embed import HashEmbedder
 from handlers.ops.deps import Deps
 from handlers.store import keys
-from handlers.store.keys import (
-    OWN_INDEX,
-    POOL_NAMESPACES,
-    index_name,
-    pool_index_name,
-    tier_key,
-)
+from handlers.store.keys import POOL_NAMESPACES
+from handlers.store.placement import OWN_INDEX, index_name, pool_index_name, tier_key
 from handlers.store.schema import POOL_FIELD
 from handlers.store.store import Store
 
@@ -142,7 +137,7 @@ async def test_a_namespace_that_outgrows_the_pool_gets_its_own_index(in_process)
     before = await _everything(deps, ns, ids[0])
 
     # The first add and every 32nd count the namespace: make the 10th one a check.
-    deps.store._pooled_adds[ns] = 32
+    deps.store.promotions._pooled_adds[ns] = 32
     ids.append(await _add(deps, ns, "shared words note 9", workflow_id="wf-1"))
 
     assert await _tier(deps, ns) == OWN_INDEX
@@ -202,7 +197,7 @@ async def test_a_handler_that_missed_the_promotion_reads_and_writes_the_right_in
     first = await operations.search(ns, SearchRequest(query="shared words", limit=50), stale)
     assert len(first.results) == 4
 
-    assert await promoter.store.indexes.promote(ns)
+    assert await promoter.store.promotions.promote(ns)
     assert await _in_pool_after_promotion(promoter, ns) == 0
 
     # Its next reads find the pool empty of the namespace, see the tier moved, and retry.
@@ -229,7 +224,7 @@ async def test_memories_written_during_a_promotion_are_all_kept(in_process) -> N
         # As the store promotes: under the namespace's lock (the writer's own check of the
         # namespace's size may want to promote it too).
         async with deps.store.exclusive(ns, "promote", hold_s=120.0):
-            return await deps.store.indexes.promote(ns)
+            return await deps.store.promotions.promote(ns)
 
     promoted, written = await asyncio.gather(promote(), write())
 
@@ -269,7 +264,7 @@ async def test_a_reader_during_a_promotion_sees_every_memory(in_process) -> None
     async def promote() -> bool:
         try:
             async with deps.store.exclusive(ns, "promote", hold_s=120.0):
-                return await deps.store.indexes.promote(ns)
+                return await deps.store.promotions.promote(ns)
         finally:
             done.set()
 

@@ -18,6 +18,7 @@ from handlers import ops as operations
 from handlers.embed import HashEmbedder
 from handlers.ops.ranking import DAY_MS
 from handlers.store import keys
+from handlers.store.placement import index_name
 from handlers.store.resp import index_attributes
 from handlers.store.schema import schema_dict
 
@@ -128,5 +129,5 @@ async def test_an_index_from_an_older_schema_gains_the_missing_fields(
     reply = await operations.search(ns, SearchRequest(query="vintage", mode="text"), deps)
 
     assert [r.id for r in reply.results] == ["01LEGACY"]
-    info = await client.execute_command("FT.INFO", keys.index_name(ns))
+    info = await client.execute_command("FT.INFO", index_name(ns))
     assert {"tagtext", "mention_count"} <= index_attributes(info)

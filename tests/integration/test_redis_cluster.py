@@ -28,6 +28,15 @@ from contracts.subjects import DURABLE_CONSUMER, DURABLE_STREAM
 from deploy.embedded import EmbeddedStack, wait_for_handlers
 from handlers.service import open_redis
 from handlers.store import keys
+from handlers.store.placement import (
+    OPEN_POOLS,
+    OWN_INDEX,
+    POOL_SEQUENCE,
+    home_key,
+    index_name,
+    pool_index_name,
+    tier_key,
+)
 from handlers.store.replicas import declared_replicas
 
 # The cluster's servers and handler processes are the module's own.
@@ -75,9 +84,9 @@ def _located(stack: EmbeddedStack, ns: str) -> str:
     """The namespace as its keys are named (`Indexes.locate`): a pooled one with its pool's
     hash tag, from its home key."""
     with _cluster(stack) as client:
-        home = client.get(keys.home_key(ns))
+        home = client.get(home_key(ns))
     assert home is not None, f"{ns} has no home"
-    return ns if home == keys.OWN_INDEX.encode() else keys.Pooled(ns, int(home))
+    return ns if home == OWN_INDEX.encode() else keys.Pooled(ns, int(home))
 
 
 def _primary_of(stack: EmbeddedStack, ns: str) -> int:
@@ -147,11 +156,9 @@ async def test_namespaces_spread_over_the_primaries_each_on_one_node(
         primaries.add(_primary_of(on_cluster, ns))
         node = _on_node(on_cluster, ns)
         try:
-            tier = node.get(keys.tier_key(ns))
-            assert tier is not None and tier != keys.OWN_INDEX.encode()
-            assert keys.pool_index_name(int(tier), True).encode() in node.execute_command(
-                "FT._LIST"
-            )
+            tier = node.get(tier_key(ns))
+            assert tier is not None and tier != OWN_INDEX.encode()
+            assert pool_index_name(int(tier), True).encode() in node.execute_command("FT._LIST")
         finally:
             node.close()
     assert len(primaries) == 3  # 20 pools over 3 primaries: all of them used
@@ -169,7 +176,7 @@ async def test_namespaces_sharing_a_pool_see_only_their_own(on_cluster: Embedded
     mine = await fill("pool-a")
     # As if OPEN_POOLS - 1 other namespaces were made in between: the next one shares.
     with _cluster(on_cluster) as plain:
-        plain.incrby(keys.POOL_SEQUENCE, keys.OPEN_POOLS - 1)
+        plain.incrby(POOL_SEQUENCE, OPEN_POOLS - 1)
     theirs = await fill("pool-b")
     a, b = _located(on_cluster, "pool-a"), _located(on_cluster, "pool-b")
     assert isinstance(a, keys.Pooled) and isinstance(b, keys.Pooled)
@@ -201,11 +208,11 @@ async def test_a_namespace_outgrows_its_pool_into_an_index_in_its_slot(
         try:
             # Promoted past 100 memories (in the background): its own index, same slot.
             for _ in range(300):
-                if node.get(keys.tier_key(located)) == keys.OWN_INDEX.encode():
+                if node.get(tier_key(located)) == OWN_INDEX.encode():
                     break
                 await asyncio.sleep(0.1)
-            assert node.get(keys.tier_key(located)) == keys.OWN_INDEX.encode()
-            assert keys.index_name(located).encode() in node.execute_command("FT._LIST")
+            assert node.get(tier_key(located)) == OWN_INDEX.encode()
+            assert index_name(located).encode() in node.execute_command("FT._LIST")
         finally:
             node.close()
         found = await mem.search("fact number 7", mode="text", limit=3)
@@ -228,8 +235,8 @@ async def test_a_namespace_from_before_homes_keeps_its_keys(on_cluster: Embedded
         mem = bus.agent(workflow_id="wf_l")
         ids = [(await mem.add("knowledge", f"legacy fact {i} on runbooks")).id for i in range(5)]
     with _cluster(on_cluster) as plain:
-        assert plain.get(keys.home_key(ns)) == keys.OWN_INDEX.encode()
-        plain.delete(keys.home_key(ns))  # as written before homes were kept
+        assert plain.get(home_key(ns)) == OWN_INDEX.encode()
+        plain.delete(home_key(ns))  # as written before homes were kept
     async with (
         _handler(on_cluster) as new,
         await MemoryBus.connect(namespace=ns, nc=new) as bus,  # type: ignore[arg-type]
@@ -395,7 +402,7 @@ async def test_a_burst_of_first_writes_takes_one_home(on_cluster: EmbeddedStack)
     """32 concurrent first adds to a new namespace in one handler: one home, one pool
     sequence, every memory in it."""
     with _cluster(on_cluster) as plain:
-        before = int(plain.get(keys.POOL_SEQUENCE) or 0)
+        before = int(plain.get(POOL_SEQUENCE) or 0)
         async with (
             _handler(on_cluster) as here,
             await MemoryBus.connect(namespace="burst", nc=here) as bus,  # type: ignore[arg-type]
@@ -406,7 +413,7 @@ async def test_a_burst_of_first_writes_takes_one_home(on_cluster: EmbeddedStack)
             )
             listed = await mem.list(limit=50)
             assert sorted(m.id for m in listed.memories) == sorted(a.id for a in added)
-        assert int(plain.get(keys.POOL_SEQUENCE) or 0) == before + 1
+        assert int(plain.get(POOL_SEQUENCE) or 0) == before + 1
     located = _located(on_cluster, "burst")
     assert isinstance(located, keys.Pooled)
     counts = _keys_by_node(on_cluster, located)
@@ -442,8 +449,8 @@ async def test_a_handler_holding_a_lost_home_follows_the_new_one(
         old = _located(on_cluster, ns)
         with _cluster(on_cluster) as plain:
             # Lost, and other namespaces made since: the next home is another pool.
-            plain.delete(keys.home_key(ns), keys.tier_key(old), keys.meta_key(old))
-            plain.incr(keys.POOL_SEQUENCE)
+            plain.delete(home_key(ns), tier_key(old), keys.meta_key(old))
+            plain.incr(POOL_SEQUENCE)
         ids = [await _add_retrying(theirs, "written by the second handler after the loss")]
         new = _located(on_cluster, ns)
         assert isinstance(old, keys.Pooled) and isinstance(new, keys.Pooled)
@@ -462,7 +469,7 @@ async def test_two_handlers_first_using_namespaces_at_once_take_one_sequence_eac
     (each handler took one before: 1.5 a namespace) and is pooled."""
     spaces = [f"twice-{i}" for i in range(20)]
     with _cluster(on_cluster) as plain:
-        before = int(plain.get(keys.POOL_SEQUENCE) or 0)
+        before = int(plain.get(POOL_SEQUENCE) or 0)
         async with (
             _handler(on_cluster) as first,
             _handler(on_cluster) as second,
@@ -477,9 +484,9 @@ async def test_two_handlers_first_using_namespaces_at_once_take_one_sequence_eac
                         two.agent().add("context", f"{ns} two"),
                     )
                     assert (await one.agent().describe()).total == 2
-        assert int(plain.get(keys.POOL_SEQUENCE) or 0) == before + len(spaces)
+        assert int(plain.get(POOL_SEQUENCE) or 0) == before + len(spaces)
         located = [_located(on_cluster, ns) for ns in spaces]
         assert all(isinstance(ns, keys.Pooled) for ns in located)
         assert len({keys.pool_tag(ns.sequence) for ns in located}) == len(spaces)  # type: ignore[attr-defined]
         for ns in located:
-            assert plain.get(keys.tier_key(ns)) != keys.OWN_INDEX.encode()
+            assert plain.get(tier_key(ns)) != OWN_INDEX.encode()

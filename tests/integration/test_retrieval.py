@@ -15,6 +15,7 @@ from inprocess import InProcess
 
 from bus import AgentMemory, InvalidRequest, MemoryBus, NotFound
 from handlers.store import keys
+from handlers.store.text import words_key
 
 DIM = 384
 
@@ -467,9 +468,9 @@ async def test_common_words_are_scored_among_the_candidates_with_the_same_scores
         await mem.add("knowledge", f"ledger entry number {i}")
     rare = await mem.add("knowledge", "the zanzibar ledger was reconciled")
 
-    store = in_process.deps.store
+    room = in_process.deps.store.text
     asked: list[tuple[list[str], bool]] = []
-    text, text_scores = store.text, store.text_scores
+    text, text_scores = room.text, room.text_scores
 
     async def across(ns_: str, terms: list[str], *args: Any, **kw: Any) -> Any:
         asked.append((list(terms), False))
@@ -479,8 +480,8 @@ async def test_common_words_are_scored_among_the_candidates_with_the_same_scores
         asked.append((list(terms), True))
         return await text_scores(ns_, terms, *args, **kw)
 
-    monkeypatch.setattr(store, "text", across)
-    monkeypatch.setattr(store, "text_scores", among)
+    monkeypatch.setattr(room, "text", across)
+    monkeypatch.setattr(room, "text_scores", among)
     hits = (await mem.search("zanzibar ledger", limit=10)).results
     assert asked == [(["zanzibar"], False), (["zanzibar", "ledger"], True)]
     assert hits[0].id == rare.id
@@ -568,7 +569,7 @@ async def test_word_counts_are_kept_by_writes_and_start_afresh_daily(
 ) -> None:
     await wf123.add("knowledge", "The Zanzibar ledger was reconciled on Friday")
     await wf123.add("knowledge", "The ledger of Pemba too", tags=["zanzibar"])
-    key = keys.words_key(key_ns)
+    key = words_key(key_ns)
     counts = {k.decode(): int(v) for k, v in (await rds.hgetall(key)).items()}
     assert counts["*"] == 2 and counts["ledger"] == 2 and counts["zanzibar"] == 2
     assert counts["pemba"] == 1 and "the" not in counts  # stopwords are not indexed

@@ -13,6 +13,7 @@ import redis.asyncio as aioredis
 from bus import AgentMemory, MemoryBus
 from bus.errors import InvalidRequest
 from handlers.store import keys
+from handlers.store.tallies import VALIDITY_COMPLETE, tally_prefix
 
 pytestmark = pytest.mark.transports("in_process", "nats", "cluster")
 
@@ -162,14 +163,14 @@ async def test_memories_from_before_validity_get_their_windows_on_the_first_as_o
     ns = key_ns
     for mid in (old.id, new.id, plain.id):
         await rds.hdel(keys.record_key(ns, mid), "vf", "vu", "valid_until")
-    await rds.delete(keys.tally_prefix(ns) + keys.VALIDITY_COMPLETE)
+    await rds.delete(tally_prefix(ns) + VALIDITY_COMPLETE)
     created = {m.id: m.created_at for m in (await wf123.get([old.id, new.id])).memories}
 
     between = created[new.id] - timedelta(milliseconds=1)
     assert set(await _listed(wf123, as_of=between)) == {old.id, plain.id}
     assert set(await _listed(wf123, as_of=_now())) == {new.id, plain.id}
     assert (await wf123.get([old.id])).memories[0].valid_until == created[new.id]
-    assert await rds.exists(keys.tally_prefix(ns) + keys.VALIDITY_COMPLETE)
+    assert await rds.exists(tally_prefix(ns) + VALIDITY_COMPLETE)
 
 
 async def test_a_list_as_of_pages_the_tallies_exactly_as_the_index(

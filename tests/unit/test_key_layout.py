@@ -6,6 +6,20 @@ import pytest
 
 from handlers.store import keys
 from handlers.store.layout import new_name
+from handlers.store.placement import (
+    OPEN_POOLS,
+    POOL_SEQUENCE,
+    home_key,
+    index_name,
+    passing_index_name,
+    pool_index_name,
+    pool_number,
+    pool_prefix,
+    spread,
+    tier_key,
+)
+from handlers.store.tallies import tally_prefix
+from handlers.store.text import words_key
 
 
 @pytest.mark.parametrize(
@@ -14,13 +28,13 @@ from handlers.store.layout import new_name
         ("membus:team-1:m:01ABC", "hash", keys.record_key("team-1", "01ABC")),
         ("membus:team-1:a:01ABC", "hash", keys.access_key("team-1", "01ABC")),
         ("membus:team-1:hist:01ABC", "list", keys.history_key("team-1", "01ABC")),
-        ("membus:team-1:t:h:wf", "hash", keys.tally_prefix("team-1") + "h:wf"),
+        ("membus:team-1:t:h:wf", "hash", tally_prefix("team-1") + "h:wf"),
         ("membus:team-1:ws:a:b c", "hash", keys.workspace_key("team-1", "a:b c")),
-        ("membus:team-1:words", "hash", keys.words_key("team-1")),
-        ("membus:tier:team-1", "string", keys.tier_key("team-1")),
+        ("membus:team-1:words", "hash", words_key("team-1")),
+        ("membus:tier:team-1", "string", tier_key("team-1")),
         ("membus:meta:team-1", "string", keys.meta_key("team-1")),
         # Namespace `tier`'s word counts, not namespace `words`' tier: the type says so.
-        ("membus:tier:words", "hash", keys.words_key("tier")),
+        ("membus:tier:words", "hash", words_key("tier")),
         ("membus:meta:wsindex", "zset", keys.workspace_index("meta")),
     ],
 )
@@ -33,9 +47,9 @@ def test_old_keys_move_under_their_namespace_tag(old: str, kind: str, new: str) 
     ("old", "kind"),
     [
         (keys.record_key("team-1", "01ABC"), "hash"),  # already migrated
-        (keys.tier_key("team-1"), "string"),
+        (tier_key("team-1"), "string"),
         (f"{keys.EMBED_CACHE}:5f1d", "hash"),  # shared by every namespace
-        (keys.POOL_SEQUENCE, "string"),
+        (POOL_SEQUENCE, "string"),
         ("membus:layout", "string"),
         ("membus:not a namespace:m:1", "hash"),  # not ours
         ("other:team-1:m:1", "hash"),
@@ -51,8 +65,8 @@ def _every_key(ns: str) -> list[str]:
         keys.access_key(ns, "x"),
         keys.dedup_key(ns, "h"),
         keys.history_key(ns, "x"),
-        keys.tally_prefix(ns),
-        keys.words_key(ns),
+        tally_prefix(ns),
+        words_key(ns),
         keys.session_key(ns, "s"),
         keys.workspace_key(ns, "w"),
         keys.workspace_index(ns),
@@ -60,11 +74,11 @@ def _every_key(ns: str) -> list[str]:
         keys.archived_states_key(ns, "w"),
         keys.lock_key(ns, "l"),
         keys.meta_key(ns),
-        keys.tier_key(ns),
+        tier_key(ns),
         keys.replicated_key(ns),
         keys.applied_key(ns, "r" * 200),
-        keys.index_name(ns),
-        keys.passing_index_name(ns),
+        index_name(ns),
+        passing_index_name(ns),
     ]
 
 
@@ -78,21 +92,21 @@ def test_a_pooled_namespace_on_a_cluster_has_its_pools_tag() -> None:
     assert all(k.startswith("membus:{pool.2}:team-1:") for k in made[:-2])
     assert made[-2:] == ["membus:{pool.2}:team-1", "membus:{pool.2}:team-1:passing"]
     # Its pool index is in the same slot, and named apart from any namespace's index.
-    number = keys.pool_number(pooled.sequence, 384)
-    assert keys.pool_prefix(number, clustered=True) == "membus:{pool.2}:"
-    assert keys.pool_index_name(number, clustered=True) == "membus:{pool.2}:pool.384"
+    number = pool_number(pooled.sequence, 384)
+    assert pool_prefix(number, clustered=True) == "membus:{pool.2}:"
+    assert pool_index_name(number, clustered=True) == "membus:{pool.2}:pool.384"
     # Its home is found by its name alone, in its own slot.
-    assert keys.home_key(pooled) == keys.home_key("team-1") == "membus:{team-1}:home"
+    assert home_key(pooled) == home_key("team-1") == "membus:{team-1}:home"
     # One server keeps one prefix for every pool.
-    assert keys.pool_prefix(number) == "membus:"
+    assert pool_prefix(number) == "membus:"
 
 
 def test_a_clusters_pooled_namespaces_go_round_the_open_pools() -> None:
-    span = keys.POOL_NAMESPACES * keys.OPEN_POOLS
-    sequences = [keys.spread(count) for count in range(1, 3 * span + 1)]
+    span = keys.POOL_NAMESPACES * OPEN_POOLS
+    sequences = [spread(count) for count in range(1, 3 * span + 1)]
     # Each sequence once, none skipped: every pool fills to POOL_NAMESPACES.
     assert sorted(sequences) == list(range(3 * span))
     groups = [s // keys.POOL_NAMESPACES for s in sequences]
     # Consecutive namespaces land in OPEN_POOLS different pools (so slots).
-    assert all(len(set(groups[i : i + keys.OPEN_POOLS])) == keys.OPEN_POOLS for i in range(0, 200))
-    assert groups[:2] == [0, 1] and groups[keys.OPEN_POOLS] == 0
+    assert all(len(set(groups[i : i + OPEN_POOLS])) == OPEN_POOLS for i in range(0, 200))
+    assert groups[:2] == [0, 1] and groups[OPEN_POOLS] == 0

@@ -16,7 +16,7 @@ from contracts.messages import (
     ScoredMemory,
 )
 from handlers.ops.replies import READ_ONLY, TO_WIRE, as_record, as_wire
-from handlers.store import scripts
+from handlers.store import batch, reads, spaces, transfer, validity, writes
 from handlers.store.record import (
     CANDIDATE_FIELDS,
     OPEN_UNTIL_MS,
@@ -31,6 +31,7 @@ from handlers.store.record import (
     workspace_tag,
 )
 from handlers.store.schema import pool_schema_dict, schema_dict
+from handlers.store.tallies import scripts as tally_scripts
 
 T0 = 1_790_000_000_000
 
@@ -210,9 +211,22 @@ def test_candidates_are_read_from_the_index_alone() -> None:
         assert set(CANDIDATE_FIELDS) <= sortable
 
 
-@pytest.mark.parametrize("name", [n for n in dir(scripts) if n.endswith("_LUA")])
+# Every room of the store that keeps Lua scripts.
+_SCRIPTS = {
+    f"{room.__name__}.{n}": getattr(room, n)
+    for room in (batch, reads, spaces, transfer, validity, writes, tally_scripts)
+    for n in dir(room)
+    if n.endswith("_LUA")
+}
+
+
+def test_every_room_with_lua_is_checked() -> None:
+    assert len(_SCRIPTS) == 19  # every script the store runs
+
+
+@pytest.mark.parametrize("name", sorted(_SCRIPTS))
 def test_scripts_name_fields_by_their_storage_names(name: str) -> None:
-    source = getattr(scripts, name)
+    source = _SCRIPTS[name]
     assert "$" not in source
     # Reads of a record (not of its access hash) name only fields a record has.
     for names in re.findall(r"HMGET', (?:rec|old|KEYS\[1\]), ('[^)]*)\)", source):

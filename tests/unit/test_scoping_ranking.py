@@ -191,7 +191,7 @@ async def test_hybrid_policy_counts_each_filter_once_per_interval() -> None:
 
 def test_text_terms_keep_indexed_words_only_and_cap_their_number() -> None:
     from handlers.ops.terms import query_terms
-    from handlers.store.filters import MAX_TEXT_TERMS, text_terms
+    from handlers.store.text import MAX_TEXT_TERMS, text_terms
 
     # RediSearch's index has no stopwords, so such a term would match nothing of its own.
     assert text_terms(query_terms("what is it")) == ["what"]
@@ -203,7 +203,7 @@ def test_text_terms_keep_indexed_words_only_and_cap_their_number() -> None:
 def test_text_match_intersects_each_form_with_the_filter_on_its_own() -> None:
     from redisvl.query.filter import Tag
 
-    from handlers.store.filters import text_match
+    from handlers.store.text import text_match
 
     query = text_match(["zebra", "+zebr", "quokka"], Tag("general") == "1")
 
@@ -217,7 +217,7 @@ def test_text_match_intersects_each_form_with_the_filter_on_its_own() -> None:
 
 
 def test_a_words_forms_are_read_from_ft_explain() -> None:
-    from handlers.store.filters import word_forms
+    from handlers.store.text import word_forms
 
     explained = (
         "@content:UNION {\n  @content:migration\n  @content:+migrat(expanded)\n"
@@ -237,7 +237,7 @@ def test_text_match_puts_every_condition_in_each_clause_and_nothing_around_the_o
     # not-superseded negation and a pool's range go into each clause, beside the filter.
     from redisvl.query.filter import Tag
 
-    from handlers.store.filters import text_match
+    from handlers.store.text import text_match
 
     pool = "-@pool:[-inf (3] -@pool:[(3 +inf]"
     query = text_match(["zebra", "quokka"], Tag("general") == "1", current=True, pool=pool)

@@ -1,6 +1,6 @@
 """`describe`'s counts, kept by the writes instead of aggregated per call.
 
-Every write script counts the memories it changes as they are after it (`scripts._TALLY`):
+Every write script counts the memories it changes as they are after it (`scripts.TALLY`):
 per side of a scope (general, a workflow, a workspace), by store, workspace, type and
 superseded flag, per tag, and each side's memories by creation time. Memories that reach
 their expiry are not written to: they are uncounted from a sorted set of expiry times when
@@ -15,22 +15,46 @@ its first moment (`Indexes`).
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import msgspec
 import redis.asyncio as aioredis
 
 from handlers.store import keys
-from handlers.store.cluster import scan_iter
+from handlers.store.cluster import batches, scan_iter
+from handlers.store.failures import Guard
 from handlers.store.filters import ReadScope
-from handlers.store.indexes import batches
 from handlers.store.record import TypeGroup, workspace_tag
 from handlers.store.resp import text
-from handlers.store.scripts import AS_OF_NEWEST_LUA, NEWEST_LUA, RETALLY_LUA, TALLY_READ_LUA
+from handlers.store.tallies.scripts import (
+    AS_OF_NEWEST_LUA,
+    NEWEST_LUA,
+    RETALLY_LUA,
+    TALLY_READ_LUA,
+)
 
 _decode = msgspec.json.Decoder(list[str]).decode
+
+# Under the tally prefix: set once a namespace's tallies count every memory.
+TALLIES_COMPLETE = "ready"
+# Under the tally prefix: set once every memory has its v3 validity window (`validity`).
+VALIDITY_COMPLETE = "valid"
+# Under the tally prefix: set once the tallies count every memory's window (`as_of` lists).
+VALIDITY_TALLIED = "vready"
+
+
+def tally_prefix(ns: str) -> str:
+    """Prefix of the namespace's tallies: what `describe` reports, kept by every write. The
+    write scripts take it among their keys."""
+    return keys.ns_prefix(ns) + "t:"
+
+
+def complete_marks(ns: str) -> list[str]:
+    """What a new namespace is marked with: its writes count every memory it will hold and
+    give each its validity window."""
+    prefix = tally_prefix(ns)
+    return [prefix + TALLIES_COMPLETE, prefix + VALIDITY_COMPLETE, prefix + VALIDITY_TALLIED]
 
 
 class Behind(Exception):
@@ -102,7 +126,7 @@ class Overview(NamedTuple):
 
 
 def sides(scope: ReadScope) -> list[str]:
-    """The tally sides (see `scripts._TALLY`) whose memories make up the scope, before its
+    """The tally sides (see `scripts.TALLY`) whose memories make up the scope, before its
     workspace and store filters."""
     if scope.workflow_id is not None:
         return [f"w:{scope.workflow_id}", *(["g"] if scope.general else [])]
@@ -115,7 +139,7 @@ class Tallies:
     def __init__(
         self,
         client: aioredis.Redis,
-        guard: Callable[[], contextlib.AbstractAsyncContextManager[None]],
+        guard: Guard,
     ) -> None:
         self.client = client
         self._guard = guard
@@ -130,7 +154,7 @@ class Tallies:
         asked = sides(scope)
         args: list[str | int] = [now_ms, keys.record_prefix(ns), *asked]
         async with self._guard():
-            raw = _checked(await self._read(keys=[keys.tally_prefix(ns)], args=args))
+            raw = _checked(await self._read(keys=[tally_prefix(ns)], args=args))
         if raw is None:
             return None
         wsh = workspace_tag(scope.workspace) if scope.workspace is not None else None
@@ -173,9 +197,9 @@ class Tallies:
     async def total(self, ns: str) -> int | None:
         """How many memories the namespace holds (those expired since the last write or
         `describe` included); None while its tallies are not complete."""
-        prefix = keys.tally_prefix(ns)
+        prefix = tally_prefix(ns)
         async with self._guard():
-            complete, n = await self.client.mget([prefix + keys.TALLIES_COMPLETE, prefix + "n"])
+            complete, n = await self.client.mget([prefix + TALLIES_COMPLETE, prefix + "n"])
         return None if complete is None else int(n or 0)
 
     async def newest(
@@ -203,7 +227,7 @@ class Tallies:
         args += [len(asked), *asked, *(scope.stores or ())]
         script = self._newest if as_of_ms is None else self._as_of_newest
         async with self._guard():
-            raw = _checked(await script(keys=[keys.tally_prefix(ns)], args=args))
+            raw = _checked(await script(keys=[tally_prefix(ns)], args=args))
         if raw is None:
             return None
         total, flat = int(raw[0]), raw[1:]
@@ -218,7 +242,7 @@ class Tallies:
         older version), uncount those counted but gone, then mark them complete; how many
         memories were read. Writes meanwhile count themselves, and counting a memory twice
         changes nothing."""
-        prefix = keys.tally_prefix(ns)
+        prefix = tally_prefix(ns)
         found = 0
         async with self._guard():
             records = scan_iter(self.client, ns, f"{keys.record_prefix(ns)}*")
@@ -228,7 +252,7 @@ class Tallies:
             async for batch in batches(self.client.hscan_iter(prefix + "d"), size):
                 counted = [keys.record_key(ns, text(mid)) for mid, _ in batch]
                 await self._count(ns, prefix, counted, now_ms)
-            await self.client.set(prefix + keys.TALLIES_COMPLETE, 1)
+            await self.client.set(prefix + TALLIES_COMPLETE, 1)
         return found
 
     async def _count(self, ns: str, prefix: str, records: list[Any], now_ms: int) -> int:

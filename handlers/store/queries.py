@@ -1,0 +1,379 @@
+"""Queries of a namespace's index: nearest vectors (with their hybrid policy), pages,
+ids, counts, aggregations, and the scope reads the tallies answer. Each runs against the
+index that holds the namespace, again if that index moved while it ran (`on_index`)."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Generic, NamedTuple, TypeVar
+
+import msgspec
+import numpy as np
+import redis.asyncio as aioredis
+import redis.exceptions
+import structlog
+from redis.commands.search import reducers
+from redis.commands.search.aggregation import AggregateRequest
+from redisvl.exceptions import RedisSearchError
+from redisvl.query import CountQuery, FilterQuery, VectorQuery
+from redisvl.query.filter import FilterExpression
+
+from handlers.store import keys
+from handlers.store.background import Background
+from handlers.store.failures import Guard, is_connection_error, is_missing_index
+from handlers.store.filters import ReadScope, Scoped, read_filter
+from handlers.store.indexes import Indexes, Namespace
+from handlers.store.lock import Locks
+from handlers.store.placement import tier_key
+from handlers.store.policy import HybridPolicy
+from handlers.store.reads import Reads
+from handlers.store.record import (
+    CANDIDATE_FIELDS,
+    RECORD_FIELDS,
+    Candidate,
+    Mentions,
+    Record,
+    Summary,
+    TypeGroup,
+    decode,
+    storage_fields,
+)
+from handlers.store.resp import Found, parse_row, parse_search, text
+from handlers.store.schema import VECTOR_FIELD
+from handlers.store.tallies import Behind, Overview, Tallies
+from handlers.store.validity import Validity
+
+log = structlog.get_logger("membus.store")
+
+T = TypeVar("T")
+D = TypeVar("D", bound=msgspec.Struct)
+S = TypeVar("S", Summary, Record, Mentions)
+
+
+class Page(NamedTuple, Generic[S]):
+    """A page of a listing and the total that matched."""
+
+    total: int
+    items: list[S]
+
+
+def decode_docs(ns: str, found: Found, shape: type[D]) -> list[D]:
+    """An FT.SEARCH page as Structs (each document's id comes from its key)."""
+    out = []
+    for key, fields in found.docs:
+        if not fields:  # its key expired between the match and the load
+            continue
+        fields["id"] = keys.id_of(ns, key)
+        out.append(decode(shape, fields))
+    return out
+
+
+class Queries:
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        guard: Guard,
+        indexes: Indexes,
+        tallies: Tallies,
+        validity: Validity,
+        reads: Reads,
+        locks: Locks,
+        background: Background,
+    ) -> None:
+        self.client = client
+        self._guard = guard
+        self._indexes = indexes
+        self._tallies = tallies
+        self._validity = validity
+        self._reads = reads
+        self._locks = locks
+        self._background = background
+        self._policy = HybridPolicy()
+        self._rebuilding: set[str] = set()
+
+    async def knn(
+        self,
+        ns: str,
+        vector: np.ndarray,
+        where: FilterExpression,
+        k: int,
+        policy_key: str | None = None,
+        scoped: Scoped | None = None,
+        ended_by: int | None = None,
+    ) -> list[Candidate]:
+        """The k nearest memories passing `where`. A filter whose text changes with every
+        call (a time bound) gives a `policy_key` that does not, so its hybrid policy is
+        cached (see `hybrid_policy`); a filter that is a scope alone says so (`scoped`), so
+        that its size is read from the tallies."""
+
+        async def query(space: Namespace) -> VectorQuery:
+            # A pooled namespace is small: scanning its own vectors is exact and fastest.
+            policy = (
+                "ADHOC_BF"
+                if space.pool is not None
+                else await self.hybrid_policy(ns, where, policy_key, scoped)
+            )
+            return VectorQuery(
+                vector=vector.astype(np.float32).tobytes(),
+                vector_field_name=VECTOR_FIELD,
+                return_fields=list(CANDIDATE_FIELDS),
+                filter_expression=space.confine(where),
+                num_results=k,
+                hybrid_policy=policy,
+            )
+
+        return decode_docs(ns, await self.search(ns, query, ended_by=ended_by), Candidate)
+
+    async def hybrid_policy(
+        self,
+        ns: str,
+        where: FilterExpression,
+        key: str | None = None,
+        scoped: Scoped | None = None,
+    ) -> str:
+        """The RediSearch hybrid policy a vector query with this filter runs with in the
+        namespace's own index (chosen by the filter's count, cached a few seconds under
+        `key`, by default the filter). The namespace's size, and a filter's that is a scope
+        alone (`scoped`), come from the tallies."""
+        actual = str(where)
+
+        async def count(filter_: str) -> int:
+            if filter_ == "*":
+                return await self.live_total(ns)
+            if scoped is not None:
+                now_ms = int(time.time() * 1000)
+                seen: Overview | None = None
+                with contextlib.suppress(Behind):
+                    seen = await self._tallies.overview(ns, scoped.scope, now_ms)
+                if seen is not None:
+                    total = seen.general_count + seen.workflow_count
+                    return total - seen.superseded_count if scoped.current else total
+            filter_ = actual if filter_ == key else filter_
+            return await self.count(ns, FilterExpression(filter_))
+
+        return await self._policy.choose(ns, key or actual, count)
+
+    async def count(self, ns: str, where: FilterExpression) -> int:
+        """How many of the namespace's memories pass `where`."""
+
+        async def query(space: Namespace) -> CountQuery:
+            return CountQuery(filter_expression=space.confine(where))
+
+        return (await self.search(ns, query)).total
+
+    async def live_total(self, ns: str) -> int:
+        """How many memories the namespace holds: from its tallies, or, in a namespace from
+        before them, counted at most every few seconds."""
+        total = await self._tallies.total(ns)
+        if total is not None:
+            return total
+        return await self._policy.total(ns, lambda where: self.count(ns, FilterExpression(where)))
+
+    async def page(
+        self,
+        ns: str,
+        where: FilterExpression,
+        shape: type[S],
+        *,
+        offset: int,
+        limit: int,
+        oldest_first: bool = False,
+        ended_by: int | None = None,
+    ) -> Page[S]:
+        """Memories newest first (or oldest first), read as `shape` (`Summary`, `Record`,
+        `Mentions`), with the total that match."""
+        names = RECORD_FIELDS if shape is Record else storage_fields(shape)
+
+        async def query(space: Namespace) -> FilterQuery:
+            q = FilterQuery(
+                filter_expression=space.confine(where),
+                return_fields=list(names),
+                num_results=limit,
+                sort_by=("created_at", "ASC" if oldest_first else "DESC"),
+            )
+            q.paging(offset, limit)
+            return q
+
+        found = await self.search(ns, query, ended_by=ended_by)
+        return Page(found.total, decode_docs(ns, found, shape))
+
+    async def newest(
+        self,
+        ns: str,
+        scope: ReadScope,
+        now_ms: int,
+        *,
+        offset: int,
+        limit: int,
+        current: bool,
+        as_of_ms: int | None = None,
+    ) -> Page[Record] | None:
+        """The memories of a scope (with `current`, none superseded), newest first, and how
+        many there are, from the tallies the writes keep: the work follows the page, not the
+        scope. None while they are not complete (see `tallies`)."""
+        await self._indexes.get(ns)
+        try:
+            found = await self._tallies.newest(ns, scope, now_ms, offset, limit, current, as_of_ms)
+        except Behind:
+            return None
+        if found is None:
+            return None
+        total, ids = found
+        fetched = await self._reads.fetch(ns, ids, now_ms, count_access=False)
+        return Page(total, [f.record for f in fetched if f is not None])
+
+    async def ids(
+        self,
+        ns: str,
+        where: FilterExpression,
+        limit: int,
+        *,
+        sort_by: str | None = None,
+        offset: int = 0,
+        ended_by: int | None = None,
+    ) -> tuple[list[str], int]:
+        """Ids of up to `limit` matching memories (no content loaded), and how many match;
+        `sort_by` a sortable field, highest first, from `offset` on."""
+
+        async def query(space: Namespace) -> FilterQuery:
+            q = FilterQuery(
+                filter_expression=space.confine(where),
+                num_results=limit,
+                sort_by=(sort_by, "DESC") if sort_by else None,
+            )
+            q.no_content()
+            q.paging(offset, limit)
+            return q
+
+        found = await self.search(ns, query, ended_by=ended_by)
+        return [keys.id_of(ns, key) for key, _ in found.docs], found.total
+
+    async def overview(self, ns: str, scope: ReadScope, now_ms: int) -> Overview:
+        """What `describe` reports of the memories live in a scope: from the tallies the
+        writes keep (see `tallies`), or by aggregating: in a namespace from before them,
+        while they are counted once in the background, and while more memories expired at
+        once than one read settles."""
+        await self._indexes.get(ns)
+        with contextlib.suppress(Behind):
+            seen = await self._tallies.overview(ns, scope, now_ms)
+            if seen is not None:
+                return seen
+            if ns not in self._rebuilding:
+                self._rebuilding.add(ns)
+                self._background.run(
+                    self._rebuild_tallies(ns, now_ms), "store.tally_rebuild_failed"
+                )
+        await self._validity.end(ns, now_ms)
+        return Overview.of(await self.aggregate(ns, read_filter(now_ms, scope)))
+
+    async def _rebuild_tallies(self, ns: str, now_ms: int) -> None:
+        try:
+            async with self._locks.hold(keys.lock_key(ns, "tally"), 300.0):
+                counted = await self._tallies.rebuild(ns, now_ms)
+            log.info("tally.rebuilt", namespace=ns, memories=counted)
+        finally:
+            self._rebuilding.discard(ns)
+
+    async def aggregate(self, ns: str, where: FilterExpression) -> list[TypeGroup]:
+        """Counts by type and scope side, tag lists and created_at bounds: no content."""
+
+        async def run(space: Namespace) -> Any:
+            req = (
+                AggregateRequest(str(space.confine(where)))
+                .group_by(
+                    ["@type", "@general", "@superseded"],
+                    reducers.count().alias("n"),
+                    reducers.tolist("@tags").alias("tags"),
+                    reducers.min("@created_at").alias("oldest"),
+                    reducers.max("@created_at").alias("newest"),
+                    reducers.min("@expires_at").alias("expiry"),
+                )
+                .dialect(2)
+            )
+            return await space.index.aggregate(req)
+
+        result = await self.on_index(ns, run)
+        return [msgspec.convert(parse_row(raw), TypeGroup, strict=False) for raw in result.rows]
+
+    async def on_index(self, ns: str, run: Callable[[Namespace], Awaitable[T]]) -> T:
+        """Run a query against the index that holds the namespace. If the index vanished
+        under us (dropped or flushed), set it up again and retry; likewise when the
+        namespace was promoted out of its pool (or lost) while it ran: its tier, read after
+        the query, is then no longer its pool number, and the query may have missed memories
+        that had left the pool."""
+        space = await self._indexes.get(ns)
+        for attempt in range(3):
+            async with self._guard():
+                try:
+                    out = await run(space)
+                except (redis.exceptions.ResponseError, RedisSearchError) as exc:
+                    if not is_missing_index(exc) or is_connection_error(exc) or attempt == 2:
+                        raise
+                else:
+                    if space.pool is None:
+                        return out
+                    tier = await self.client.get(tier_key(ns))
+                    if tier is not None and text(tier) == str(space.pool):
+                        return out
+            self._indexes.forget(ns)
+            space = await self._indexes.get(ns)
+        return out  # the pool was left twice in a row: a namespace is promoted only once
+
+    async def search(
+        self,
+        ns: str,
+        build: Callable[[Namespace], Awaitable[Any]],
+        with_scores: bool = False,
+        ended_by: int | None = None,
+    ) -> Found:
+        """Run a redisvl (or redis-py) query, built for the namespace's index, as a raw
+        FT.SEARCH (redis-py's own result objects cost more to build than the query takes in
+        Redis), in one round trip: after flagging the memories whose validity ended by
+        `ended_by` (a current read's time, `Validity`), and, in a pool, with the tier read
+        right after it (see `on_index`)."""
+        space = await self._indexes.get(ns)
+        for attempt in range(3):
+            async with self._guard():
+                try:
+                    # Building may ask the index too (a word's forms: `Text`).
+                    query = await build(space)
+                    args: list[Any] = list(query.get_args())
+                    if params := getattr(query, "params", None):
+                        args += ["PARAMS", 2 * len(params)]
+                        for key, value in params.items():
+                            args += [key, value]
+                    search = ["FT.SEARCH", space.index.name, *args]
+                    found, tier = await self._send(ns, space, search, ended_by)
+                except (redis.exceptions.ResponseError, RedisSearchError) as exc:
+                    if not is_missing_index(exc) or is_connection_error(exc) or attempt == 2:
+                        raise
+                else:
+                    if space.pool is None or (tier is not None and text(tier) == str(space.pool)):
+                        return parse_search(found, with_scores)
+            self._indexes.forget(ns)
+            space = await self._indexes.get(ns)
+        return parse_search(found, with_scores)  # a namespace is promoted only once
+
+    async def _send(
+        self, ns: str, space: Namespace, command: list[Any], ended_by: int | None
+    ) -> tuple[Any, Any]:
+        """`command`'s reply, and the namespace's tier when it is pooled, in one round trip
+        (a pipeline, when there is more than the command to send)."""
+        if ended_by is None and space.pool is None:
+            return await self.client.execute_command(*command), None
+        pipe = self.client.pipeline(transaction=False)
+        if ended_by is not None:
+            self._validity.end_in(pipe, ns, ended_by)
+        pipe.execute_command(*command)
+        if space.pool is not None:
+            pipe.get(tier_key(ns))
+        try:
+            out = await pipe.execute()
+        except redis.exceptions.NoScriptError:
+            # Redis lost its scripts (a restart): load them, then send it all again.
+            await self._validity.load_scripts()
+            return await self._send(ns, space, command, ended_by)
+        out = out[1:] if ended_by is not None else out
+        return out[0], (out[1] if space.pool is not None else None)

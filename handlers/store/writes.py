@@ -1,0 +1,473 @@
+"""Writes of memories, each one atomic script: add (or a mention of the same live content),
+update, supersede, delete. Each change appends its history entry (JSON, made by the
+caller; `mentioned` completed here) and counts the memory in the tallies (`retally`) in
+the same step. `batch` runs several of them as one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import numpy as np
+import redis.asyncio as aioredis
+
+from handlers.store import keys
+from handlers.store.background import Added
+from handlers.store.failures import Guard, WriteWithSetup
+from handlers.store.indexes import Indexes
+from handlers.store.lua import fragment, lua
+from handlers.store.placement import POOLED, tier_key
+from handlers.store.reads import record_of, record_row
+from handlers.store.record import (
+    PERMANENT_MS,
+    RECORD_FIELDS,
+    Entry,
+    Record,
+    changed_fields,
+    mark_field,
+    supersede_fields,
+)
+from handlers.store.record import (
+    expiry as record_expiry,
+)
+from handlers.store.resp import text
+from handlers.store.schema import VECTOR_FIELD, new_hash
+from handlers.store.tallies import tally_prefix
+from handlers.store.tallies.scripts import TALLY
+
+_UNSET = 2  # what ADD_LUA returns for a namespace that Redis lost
+
+# A memory's history list expires when the memory does (PEXPIRETIME -1: never).
+FOLLOW = fragment(
+    """
+local function follow(hist, rec)
+  local t = redis.call('PEXPIRETIME', rec)
+  if t > 0 then redis.call('PEXPIREAT', hist, t) elseif t == -1 then redis.call('PERSIST', hist) end
+end
+"""
+)
+
+
+# Delete live memories (record, access and dedup keys) and return each one's fields,
+# atomically, so that two concurrent deletes report (and publish) each memory once. The
+# history gets a `deleted` entry and outlives the memory by ARGV[4] ms. Memories of the
+# immutable type ARGV[5] (states) are never deleted: if one is among them, nothing is, and
+# the result is {'immutable', its id}.
+# KEYS: record, access and history key of each memory, then the namespace's tally prefix
+# (keys.tally_prefix: each deleted memory is uncounted). ARGV[1] is now (ms), ARGV[2] the
+# namespace's dedup key prefix, ARGV[3] the history entry, ARGV[4] how long history stays,
+# ARGV[5] the immutable type, ARGV[6..] the fields to return, `expires_at` first. Each result
+# is false (missing or expired) or the field values.
+DELETE = """
+local out = {}
+local now = tonumber(ARGV[1])
+local fields = {}
+for j = 6, #ARGV do fields[#fields + 1] = ARGV[j] end
+local last = #KEYS - 1
+for i = 1, last, 3 do
+  local f = redis.call('HMGET', KEYS[i], '$id', '$type', '$expires_at')
+  if f[1] and f[2] == ARGV[5] and tonumber(f[3] or '0') > now then return {'immutable', f[1]} end
+end
+for i = 1, last, 3 do
+  local rec, acc, hist = KEYS[i], KEYS[i + 1], KEYS[i + 2]
+  local f = redis.call('HMGET', rec, '$id', '$content_hash')
+  if f[2] and redis.call('GET', ARGV[2] .. f[2]) == f[1] then
+    redis.call('DEL', ARGV[2] .. f[2])
+  end
+  local vals = redis.call('HMGET', rec, unpack(fields))
+  if f[1] and tonumber(vals[1] or '0') > now then
+    redis.call('DEL', rec, acc)
+    retally(KEYS[#KEYS], f[1], rec, now)
+    redis.call('RPUSH', hist, ARGV[3])
+    redis.call('PEXPIRE', hist, ARGV[4])
+    out[#out + 1] = vals
+  else
+    if f[1] then
+      redis.call('DEL', rec, acc)
+      retally(KEYS[#KEYS], f[1], rec, now)
+    end
+    out[#out + 1] = false
+  end
+end
+return out
+"""
+DELETE_LUA = lua(
+    TALLY,
+    DELETE,
+)
+
+
+# Add a memory unless its exact content (same type and scope) is already live: then count a
+# mention of that memory (mention_count, updated_at, a `mentioned` history entry) instead and
+# return it. Check and write are one atomic step, so two handlers adding the same content at
+# the same moment leave one record. KEYS: dedup key ('' when the add opted out of dedup), new
+# record key. ARGV: now, expires (ms, or 0 for permanent), record key prefix, history key
+# prefix, the history entry, n, the n fields to return of a repeated memory, then the new
+# record's field/value pairs. Returns false when it wrote the new memory, else the repeated
+# memory's field values; 1 when the new record's key exists already: a durable write applied
+# again (its id derives from its request id), which must change nothing. KEYS[3]: the
+# namespace's tally prefix (keys.tally_prefix): the new memory is counted, and up to 10
+# expired ones uncounted; KEYS[4]: its tier (keys.tier_key). Returns 2, writing nothing,
+# when the namespace has no tier: Redis lost it, and the caller sets the namespace up again.
+ADD = """
+local dkey, rec = KEYS[1], KEYS[2]
+if string.sub(dkey, -1) == ':' then dkey = '' end
+if redis.call('EXISTS', rec) == 1 then return 1 end
+if redis.call('EXISTS', KEYS[4]) == 0 then return 2 end
+local now = tonumber(ARGV[1])
+local n = tonumber(ARGV[6])
+local existing = false
+if dkey ~= '' then existing = redis.call('GET', dkey) end
+if existing then
+  local old = ARGV[3] .. existing
+  local f = redis.call('HMGET', old, '$expires_at', 'vu', 'superseded')
+  -- Not a memory that no longer holds (v3): the same content again is a current one.
+  local held = f[3] ~= '1' and not (f[2] and tonumber(f[2]) <= now)
+  if f[1] and tonumber(f[1]) > now and held then
+    local count = redis.call('HINCRBY', old, '$mention_count', 1)
+    redis.call('HSET', old, '$updated_at', ARGV[1])
+    local entry = cjson.decode(ARGV[5])
+    entry['event'] = 'mentioned'
+    entry['changes'] = {mention_count = {old = count - 1, new = count}}
+    redis.call('RPUSH', ARGV[4] .. existing, cjson.encode(entry))
+    follow(ARGV[4] .. existing, old)
+    local fields = {}
+    for j = 7, 6 + n do fields[#fields + 1] = ARGV[j] end
+    return redis.call('HMGET', old, unpack(fields))
+  end
+end
+local pairs = {}
+for j = 7 + n, #ARGV do pairs[#pairs + 1] = ARGV[j] end
+pooled(KEYS[4], pairs)
+redis.call('HSET', rec, unpack(pairs))
+local id = redis.call('HGET', rec, '$id')
+if ARGV[2] ~= '0' then redis.call('PEXPIREAT', rec, ARGV[2]) end
+retally(KEYS[3], id, rec, now)
+settle(KEYS[3], ARGV[3], now, 10)
+redis.call('RPUSH', ARGV[4] .. id, ARGV[5])
+follow(ARGV[4] .. id, rec)
+if dkey ~= '' then
+  redis.call('SET', dkey, id)
+  if ARGV[2] ~= '0' then redis.call('PEXPIREAT', dkey, ARGV[2]) end
+end
+return false
+"""
+ADD_LUA = lua(
+    FOLLOW,
+    POOLED,
+    TALLY,
+    ADD,
+)
+
+
+# Count one more mention of a live memory (a near-duplicate add) in the given workspace.
+# KEYS: record, history. ARGV: now, the history entry, the workspace ('' for none), then the
+# fields to return. Returns false when the memory is gone or in another workspace, else its
+# field values after the mention.
+MENTION_LUA = lua(
+    FOLLOW,
+    """
+local f = redis.call('HMGET', KEYS[1], '$expires_at', '$id', '$workspace')
+if not f[2] or tonumber(f[1]) <= tonumber(ARGV[1]) then return false end
+if (f[3] or '') ~= ARGV[3] then return false end
+local count = redis.call('HINCRBY', KEYS[1], '$mention_count', 1)
+redis.call('HSET', KEYS[1], '$updated_at', ARGV[1])
+local entry = cjson.decode(ARGV[2])
+entry['event'] = 'mentioned'
+entry['changes'] = {mention_count = {old = count - 1, new = count}}
+redis.call('RPUSH', KEYS[2], cjson.encode(entry))
+follow(KEYS[2], KEYS[1])
+local fields = {}
+for j = 4, #ARGV do fields[#fields + 1] = ARGV[j] end
+return redis.call('HMGET', KEYS[1], unpack(fields))
+""",
+)
+
+
+# Update a live memory: set fields, move its dedup key, append the history entry, and
+# re-apply expiry to every key. KEYS: record, access, old dedup key, new dedup key, history,
+# the namespace's tally prefix (the memory is counted as it is after the update).
+# ARGV: now, expiry ('keep', 'persist' or ms), the history entry, then field/value pairs.
+# Returns false when the memory is missing or expired.
+UPDATE = """
+local rec, acc, olddk, newdk, hist = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+if string.sub(olddk, -1) == ':' then olddk = '' end
+if string.sub(newdk, -1) == ':' then newdk = '' end
+local now = tonumber(ARGV[1])
+local f = redis.call('HMGET', rec, '$id', '$expires_at')
+if not f[1] or tonumber(f[2]) <= now then return false end
+local pairs = {}
+for j = 4, #ARGV do pairs[#pairs + 1] = ARGV[j] end
+if #pairs > 0 then redis.call('HSET', rec, unpack(pairs)) end
+if olddk ~= newdk and newdk ~= '' then
+  if olddk ~= '' and redis.call('GET', olddk) == f[1] then redis.call('DEL', olddk) end
+  redis.call('SET', newdk, f[1], 'NX')
+end
+redis.call('RPUSH', hist, ARGV[3])
+local keys = {rec, acc, hist}
+if newdk ~= '' and redis.call('GET', newdk) == f[1] then keys[#keys + 1] = newdk end
+local t
+if ARGV[2] == 'keep' then t = redis.call('PEXPIRETIME', rec) else t = ARGV[2] end
+for _, k in ipairs(keys) do
+  if t == 'persist' or t == -1 then redis.call('PERSIST', k)
+  elseif tonumber(t) > 0 then redis.call('PEXPIREAT', k, t) end
+end
+retally(KEYS[6], f[1], rec, now)
+return 1
+"""
+UPDATE_LUA = lua(
+    TALLY,
+    UPDATE,
+)
+
+
+# Mark live memories as superseded by a newer one: set its id (and the index flag), append a
+# `superseded` history entry with the old and new `superseded_by`, drop its exact-dedup key
+# (the same content added again is a new, current memory), and return each one's fields.
+# v3: its validity is closed at the newer memory's start (`valid_until`, and `vu` for the
+# index), unless it ended earlier; never before its own start.
+# KEYS: record and history key of each memory, then the namespace's tally prefix. ARGV: now,
+# the newer id, the history entry, the dedup key prefix, the newer memory's start (ms), n,
+# the n field/value pairs to set (2n values), then the fields to return, `expires_at` first.
+# Each result is false (missing or expired) or the values.
+SUPERSEDE = """
+local out = {}
+local now = tonumber(ARGV[1])
+local start = tonumber(ARGV[5])
+local n = tonumber(ARGV[6])
+local pairs, fields = {}, {}
+for j = 7, 6 + 2 * n do pairs[#pairs + 1] = ARGV[j] end
+for j = 7 + 2 * n, #ARGV do fields[#fields + 1] = ARGV[j] end
+for i = 1, #KEYS - 1, 2 do
+  local rec, hist = KEYS[i], KEYS[i + 1]
+  local f = redis.call('HMGET', rec, '$id', '$expires_at', '$superseded_by', '$content_hash',
+    'vf', 'vu', '$valid_until')
+  if f[1] and tonumber(f[2]) > now then
+    redis.call('HSET', rec, unpack(pairs))
+    redis.call('HSET', rec, '$updated_at', ARGV[1])
+    if f[4] and redis.call('GET', ARGV[4] .. f[4]) == f[1] then
+      redis.call('DEL', ARGV[4] .. f[4])
+    end
+    local entry = cjson.decode(ARGV[3])
+    entry['changes'] = {superseded_by = {old = f[3] or cjson.null, new = ARGV[2]}}
+    local close = math.max(start, tonumber(f[5] or '0'))
+    if not f[6] or tonumber(f[6]) > close then
+      redis.call('HSET', rec, 'vu', close, '$valid_until', close)
+      entry['changes']['valid_until'] = {old = f[7] and tonumber(f[7]) or cjson.null, new = close}
+    end
+    redis.call('RPUSH', hist, cjson.encode(entry))
+    follow(hist, rec)
+    retally(KEYS[#KEYS], f[1], rec, now)
+    out[#out + 1] = redis.call('HMGET', rec, unpack(fields))
+  else
+    out[#out + 1] = false
+  end
+end
+return out
+"""
+SUPERSEDE_LUA = lua(
+    FOLLOW,
+    TALLY,
+    SUPERSEDE,
+)
+
+
+def entry_json(entry: Entry) -> bytes:
+    return msgspec.json.encode(entry)
+
+
+def flat(fields: dict[str, Any]) -> list[Any]:
+    out: list[Any] = []
+    for name, value in fields.items():
+        out += [name, value]
+    return out
+
+
+class Immutable(Exception):
+    """A delete named a memory of the immutable type (a state): nothing was deleted."""
+
+    def __init__(self, memory_id: str) -> None:
+        super().__init__(memory_id)
+        self.memory_id = memory_id
+
+
+class AlreadyApplied(Exception):
+    """The memory an add would create exists already: the same durable write, again."""
+
+    def __init__(self, memory_id: str) -> None:
+        super().__init__(memory_id)
+        self.memory_id = memory_id
+
+
+def add_call(
+    ns: str, rec: Record, vector: np.ndarray, now_ms: int, entry: Entry
+) -> tuple[list[str], list[Any]]:
+    """ADD_LUA's keys and arguments."""
+    fields, expires = new_hash(rec, vector)
+    args: list[Any] = [now_ms, expires, keys.record_prefix(ns), keys.history_prefix(ns)]
+    args += [entry_json(entry), len(RECORD_FIELDS), *RECORD_FIELDS, *flat(fields)]
+    dedup = keys.dedup_key(ns, rec.content_hash)
+    return [dedup, keys.record_key(ns, rec.id), tally_prefix(ns), tier_key(ns)], args
+
+
+def update_call(
+    ns: str,
+    old: Record,
+    new: Record,
+    vector: np.ndarray | None,
+    now_ms: int,
+    entry: Entry,
+    marks: dict[str, str] | None = None,
+) -> tuple[list[str], list[Any]]:
+    """UPDATE_LUA's keys and arguments."""
+    fields = changed_fields(old, new)
+    fields.update({mark_field(name): mark for name, mark in (marks or {}).items()})
+    if vector is not None:
+        fields[VECTOR_FIELD] = vector.astype(np.float32).tobytes()
+    if new.idle_ttl_s is not None:
+        expiry = str(record_expiry(new, now_ms))  # an update is an access
+    elif new.expires_at == old.expires_at:
+        expiry = "keep"
+    else:
+        expiry = "persist" if new.expires_at == PERMANENT_MS else str(new.expires_at)
+    memory_keys = [
+        keys.record_key(ns, old.id),
+        keys.access_key(ns, old.id),
+        keys.dedup_key(ns, old.content_hash),
+        keys.dedup_key(ns, new.content_hash),
+        keys.history_key(ns, old.id),
+        tally_prefix(ns),
+    ]
+    return memory_keys, [now_ms, expiry, entry_json(entry), *flat(fields)]
+
+
+def supersede_call(
+    ns: str, ids: list[str], by: str, start_ms: int, now_ms: int, entry: Entry
+) -> tuple[list[str], list[Any]]:
+    """SUPERSEDE_LUA's keys and arguments."""
+    memory_keys: list[str] = []
+    for mid in ids:
+        memory_keys += [keys.record_key(ns, mid), keys.history_key(ns, mid)]
+    memory_keys.append(tally_prefix(ns))
+    pairs = flat(supersede_fields(by))
+    args: list[Any] = [now_ms, by, entry_json(entry), keys.dedup_prefix(ns), start_ms]
+    args += [len(pairs) // 2, *pairs, *RECORD_FIELDS]
+    return memory_keys, args
+
+
+def delete_call(
+    ns: str, ids: list[str], now_ms: int, entry: Entry, history_ms: int, immutable_type: str
+) -> tuple[list[str], list[Any]]:
+    """DELETE_LUA's keys and arguments."""
+    args: list[Any] = [now_ms, keys.dedup_prefix(ns), entry_json(entry), history_ms]
+    args += [immutable_type, *RECORD_FIELDS]
+    return [*keys.memory_keys(ns, ids, history=True), tally_prefix(ns)], args
+
+
+class Writes:
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        guard: Guard,
+        indexes: Indexes,
+        setup: WriteWithSetup,
+        added: Added,
+    ) -> None:
+        self.client = client
+        self._guard = guard
+        self._indexes = indexes
+        self._setup = setup
+        self._added = added
+        self._delete = client.register_script(DELETE_LUA)
+        self._add = client.register_script(ADD_LUA)
+        self._mention = client.register_script(MENTION_LUA)
+        self._update = client.register_script(UPDATE_LUA)
+        self._supersede = client.register_script(SUPERSEDE_LUA)
+
+    async def add(
+        self, ns: str, rec: Record, vector: np.ndarray, now_ms: int, entry: Entry
+    ) -> Record | None:
+        """Write a new memory, or, when its content hash is live already, count a mention of
+        that memory instead and return it (one atomic script). `entry` goes to the history
+        of whichever it was (as `mentioned` for a repeat)."""
+        add_keys, args = add_call(ns, rec, vector, now_ms, entry)
+        await self._indexes.get(ns)
+        out = await self._setup(ns, lambda: self._add(keys=add_keys, args=args), _UNSET)
+        if out == 1:
+            raise AlreadyApplied(rec.id)
+        if out:
+            return record_of(RECORD_FIELDS, out)
+        self._added(ns, [rec])
+        return None
+
+    async def mention(
+        self, ns: str, memory_id: str, now_ms: int, entry: Entry, workspace: str | None
+    ) -> Record | None:
+        """Count one more mention of a live memory in `workspace` (None: in none); the memory
+        after it, or None if it is gone or in another workspace."""
+        memory_keys = [keys.record_key(ns, memory_id), keys.history_key(ns, memory_id)]
+        args: list[Any] = [now_ms, entry_json(entry), workspace or "", *RECORD_FIELDS]
+        async with self._guard():
+            out = await self._mention(keys=memory_keys, args=args)
+        return record_row(out)
+
+    async def update(
+        self,
+        ns: str,
+        old: Record,
+        new: Record,
+        vector: np.ndarray | None,
+        now_ms: int,
+        entry: Entry,
+        marks: dict[str, str] | None = None,
+    ) -> bool:
+        """Turn a live memory `old` into `new` (its dedup key and expiry follow, on every key
+        of the memory), and set the write `marks` (`write_marks`); False when it is gone."""
+        memory_keys, args = update_call(ns, old, new, vector, now_ms, entry, marks)
+        async with self._guard():
+            updated = bool(await self._update(keys=memory_keys, args=args))
+        if updated and (new.content != old.content or new.tags != old.tags):
+            self._added(ns, [new], new=False)  # its new words (counts are of writes)
+        return updated
+
+    async def write_marks(self, ns: str, memory_id: str, names: tuple[str, ...]) -> list[str]:
+        """For each request field in `names`, the stream position of the durable write that
+        last set it on the memory, as `update` stored it ("" where none has)."""
+        async with self._guard():
+            key = keys.record_key(ns, memory_id)
+            raw = await self.client.hmget(key, [mark_field(name) for name in names])
+        return [text(v) if v is not None else "" for v in raw]
+
+    async def delete(
+        self,
+        ns: str,
+        ids: list[str],
+        now_ms: int,
+        entry: Entry,
+        history_ms: int,
+        immutable_type: str,
+    ) -> list[Record | None]:
+        """Delete live memories; each one's record as it was, or None where missing. Their
+        history gets `entry` and stays readable for `history_ms`. If one of them is of
+        `immutable_type`, nothing is deleted and `Immutable` names it."""
+        if not ids:
+            return []
+        delete_keys, args = delete_call(ns, ids, now_ms, entry, history_ms, immutable_type)
+        async with self._guard():
+            rows = await self._delete(keys=delete_keys, args=args)
+        if rows and not isinstance(rows[0], list | None):
+            raise Immutable(text(rows[1]))
+        return [record_row(row) for row in rows]
+
+    async def supersede(
+        self, ns: str, ids: list[str], by: str, start_ms: int, now_ms: int, entry: Entry
+    ) -> list[Record | None]:
+        """Mark live memories as superseded by memory `by`, which holds from `start_ms`
+        (their validity is closed there); each one's record after it, or None where
+        missing. Their history gets `entry` with the change."""
+        if not ids:
+            return []
+        memory_keys, args = supersede_call(ns, ids, by, start_ms, now_ms, entry)
+        async with self._guard():
+            rows = await self._supersede(keys=memory_keys, args=args)
+        return [record_row(row) for row in rows]
