@@ -75,7 +75,8 @@ import type {
   UpdateReply,
   UpdateRequest,
 } from "./types.js";
-import { fromWire, toWire, type Spec } from "./wire.js";
+import type { Spec } from "./shape.js";
+import { fromWire, toWire } from "./wire.js";
 
 /** How often a durable publish is sent again (same Nats-Msg-Id, so never applied twice)
  * when JetStream's acknowledgement does not come in time. */
