@@ -6,7 +6,7 @@ await mem.add("user_pref", "The user prefers short answers")
 hits = await mem.search("how should answers be written?")
 """
 
-from bus.client import Accepted, AgentMemory, DurableWrites, EventStream, MemoryBus
+from bus.client import AgentMemory, MemoryBus
 from bus.errors import (
     BusError,
     BusTimeout,
@@ -18,6 +18,9 @@ from bus.errors import (
     TooLarge,
     Unavailable,
 )
+from bus.events import EventStream
+from bus.jetstream import Accepted
+from bus.writes import DurableWrites
 
 __all__ = [
     "Accepted",

@@ -129,7 +129,11 @@ def _micros(at: datetime | None) -> int:
     return 0 if at is None else int(at.timestamp() * 1_000_000)
 
 
-class DurableWrites:
+class DurableWriteConsumer:
+    """This handler's pull from the shared consumer of MEMBUS_WRITES: it creates the stream
+    and the consumer, applies each write through `dispatch` once its claim is won, and
+    acknowledges, retries or rejects it. (The SDK's `bus.DurableWrites` is the sending side.)"""
+
     def __init__(self, nc: NatsClient, deps: Deps) -> None:
         self.nc = nc
         self.deps = deps

@@ -28,7 +28,7 @@ from contracts.subjects import QUEUE_GROUP, SERVICE_NAME, endpoint_subject, nats
 from handlers import __version__
 from handlers.admission import Admission
 from handlers.dispatch import dispatch, error_body, shed
-from handlers.durable import DurableWrites
+from handlers.durable import DurableWriteConsumer
 from handlers.embed import Embedder, build_embedder
 from handlers.embed.cache import CachedEmbedder
 from handlers.embed.timed import TimedEmbedder
@@ -409,7 +409,7 @@ async def _serve_requests(
             handler=handler.endpoint(op, f"{op}-reduced"),
         )
     handler.bind(service)
-    durable = DurableWrites(nc, deps)
+    durable = DurableWriteConsumer(nc, deps)
     stop_durable = asyncio.Event()
     pulling = (
         asyncio.ensure_future(durable.run(stop_durable))

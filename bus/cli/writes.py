@@ -33,7 +33,8 @@ from bus.cli.base import (
     when,
     write_scope,
 )
-from bus.client import Accepted, MemoryBus
+from bus.client import MemoryBus
+from bus.jetstream import Accepted
 from contracts.messages import AddReply, ApplyReply, ReconcileReply
 
 Durable = Annotated[

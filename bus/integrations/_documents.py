@@ -20,8 +20,9 @@ from typing import Any, TypeVar, Unpack
 import msgspec
 import structlog
 
-from bus.client import AgentMemory, Filters
+from bus.client import AgentMemory
 from bus.errors import NotFound, TooLarge
+from bus.handle import Filters
 from contracts import limits
 from contracts.messages import (
     ApplyAction,

@@ -275,8 +275,8 @@ def render_protocol(comps: dict[str, Schema], side_of: dict[str, str]) -> str:
     }
     out = [
         BANNER.rstrip(),
-        "// The wire tables the SDK reads at run time: see src/wire.ts.",
-        'import type { Shape } from "./wire.js";',
+        "// The wire tables the SDK reads at run time (src/wire.ts); their format: src/shape.ts.",
+        'import type { Shape } from "./shape.js";',
         'import type { OperationName } from "./types.js";',
         "",
     ]

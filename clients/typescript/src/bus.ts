@@ -1,6 +1,7 @@
 // The client agents import: `MemoryBus.connect(...)`, then one `AgentMemory` per agent. It
-// mirrors the Python SDK (bus/client.py): identity fields filled by the handle, trust in the
-// subject, durable writes through JetStream on `memq.`, replies checked for `success`.
+// mirrors the Python SDK (bus/client.py and the modules it is made of): identity fields
+// filled by the handle, trust in the subject, durable writes through JetStream on `memq.`,
+// replies checked for `success`.
 
 import { randomUUID } from "node:crypto";
 
@@ -75,7 +76,8 @@ import type {
   UpdateReply,
   UpdateRequest,
 } from "./types.js";
-import { fromWire, toWire, type Spec } from "./wire.js";
+import type { Spec } from "./shape.js";
+import { fromWire, toWire } from "./wire.js";
 
 /** How often a durable publish is sent again (same Nats-Msg-Id, so never applied twice)
  * when JetStream's acknowledgement does not come in time. */

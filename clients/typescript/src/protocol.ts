@@ -1,6 +1,6 @@
 // Generated from contracts/ by clients/typescript/scripts/gen_types.py: do not edit by hand.
-// The wire tables the SDK reads at run time: see src/wire.ts.
-import type { Shape } from "./wire.js";
+// The wire tables the SDK reads at run time (src/wire.ts); their format: src/shape.ts.
+import type { Shape } from "./shape.js";
 import type { OperationName } from "./types.js";
 
 export const PREFIX = "mem";
