@@ -43,8 +43,8 @@ from locomo import DATA, load, tag_of
 from bus import MemoryBus
 from contracts.messages import RecallRequest, SearchRequest
 from deploy.embedded import EmbeddedStack, wait_for_handlers
-from handlers.ops import recall as recall_op
 from handlers.ops.budget import estimate_tokens
+from handlers.ops.recall import recall as recall_op
 from handlers.ops.search import ranked_candidates
 from handlers.service import make_deps, make_embedder
 from handlers.settings import load_settings

@@ -185,7 +185,12 @@ def _ref(path: str) -> dict[str, str]:
     return {"$ref": path}
 
 
-def _message(cls_name: str, summary: str, headers: dict[str, Any] | None = None) -> dict[str, Any]:
+def _message(
+    cls_name: str,
+    summary: str,
+    headers: dict[str, Any] | None = None,
+    example: Operation | None = None,
+) -> dict[str, Any]:
     msg: dict[str, Any] = {
         "name": cls_name,
         "title": cls_name,
@@ -195,6 +200,9 @@ def _message(cls_name: str, summary: str, headers: dict[str, Any] | None = None)
     }
     if headers is not None:
         msg["headers"] = headers
+    if example is not None:
+        shown = {"name": example.name, "payload": example.example_body()}
+        msg["examples"] = [shown]
     return msg
 
 
@@ -237,13 +245,14 @@ def _messages() -> dict[str, Any]:
     out: dict[str, Any] = {}
     for op in TABLE:
         out[op.request.__name__] = _message(
-            op.request.__name__, _summary(op.request, f"The request of `{op.name}`.")
+            op.request.__name__, _summary(op.request, f"The request of `{op.name}`."), example=op
         )
         if op.durable:
             out[f"Durable{op.request.__name__}"] = _message(
                 op.request.__name__,
                 f"A durable `{op.name}`: the same body as on `mem.<ns>.{op.name}`.",
                 DURABLE_HEADERS,
+                example=op,
             )
         for reply in op.replies:
             out.setdefault(

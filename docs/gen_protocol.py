@@ -6,6 +6,7 @@ python docs/gen_protocol.py --check  # exit 1 when the file is stale (a unit tes
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -119,8 +120,22 @@ def render_operations() -> list[str]:
     return [*out, ""]
 
 
+def render_examples() -> list[str]:
+    """One valid request body per operation (`Operation.example`)."""
+    out = ["### Example requests", ""]
+    out += [
+        "A valid body of each operation; the memories, workspaces and states it names need not"
+        " exist (the reply is then `not_found`, or an empty result).",
+        "",
+    ]
+    for op in TABLE:
+        body = json.dumps(op.example, ensure_ascii=False)
+        out += [f"`{op.name}`:", "", "```json", body, "```", ""]
+    return out
+
+
 def render() -> str:
-    out = [BEGIN, "", *render_operations()]
+    out = [BEGIN, "", *render_operations(), *render_examples()]
     for title, structs in SECTIONS:
         out += [f"### {title}", ""]
         for cls in structs:

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import msgspec
+import msgspec.inspect as mi
 import numpy as np
 import structlog
 from opentelemetry import trace
@@ -89,11 +90,12 @@ _FIELD_HINTS = {
 
 def _allowed_values(op: str, name: str) -> tuple[object, ...]:
     """The values a Literal field of the request accepts (empty if it is not one)."""
-    for f in msgspec.inspect.type_info(REQUEST_TYPES[op]).fields:  # type: ignore[attr-defined]
+    info = mi.type_info(REQUEST_TYPES[op])
+    for f in info.fields if isinstance(info, mi.StructType) else ():
         if f.name == name:
-            types = f.type.types if isinstance(f.type, msgspec.inspect.UnionType) else [f.type]
+            types = f.type.types if isinstance(f.type, mi.UnionType) else (f.type,)
             for t in types:
-                if isinstance(t, msgspec.inspect.LiteralType):
+                if isinstance(t, mi.LiteralType):
                     return tuple(t.values)
     return ()
 

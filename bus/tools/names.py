@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import msgspec
+
+from contracts.operations import TABLE
+
 # Tool name -> operation. The memory tools carry a prefix (a bare `add` or `get` says nothing
 # among a model's other tools); workspace and state tools already say what they act on.
 TOOL_OPS: dict[str, str] = {
@@ -34,5 +38,9 @@ TOOL_NAMES: tuple[str, ...] = tuple(TOOL_OPS)
 HIDDEN_FIELDS: tuple[str, ...] = ("context", "workflow_id", "agent_id", "embedding")
 
 # Every request with a `workspace` field gets the configured one when the model leaves it
-# out; these need one (`workspace` is required by their contract).
-STATE_OPS = frozenset({"create_state", "list_states", "load_state", "archive_state"})
+# out; these need one (`workspace` is required by their contract: the state operations).
+STATE_OPS = frozenset(
+    op.name
+    for op in TABLE
+    if any(f.name == "workspace" and f.required for f in msgspec.structs.fields(op.request))
+)

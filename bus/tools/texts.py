@@ -6,12 +6,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from bus.tools.names import TOOL_OPS
+from contracts.operations import BY_NAME
 from contracts.types import DAY_S, DEFAULT_TYPES, STATE_TYPE, TRACE_TYPE, TypeTable
-
-# Values the examples use.
-_EXAMPLE_ID = "01JZ8Q4M3V7T2K9D5X6R1N0BCA"
-_WORKSPACE = "Project Alpha"
-_STATE = "Auth Module Progress"
 
 # ----------------------------------------------------------------------------- field texts
 
@@ -243,83 +240,10 @@ TYPE_USES: dict[str, str] = {
 
 # ----------------------------------------------------------------------------- examples
 
+# Each tool's example is its operation's (contracts.operations), which shows none of the
+# fields the executor sets (HIDDEN_FIELDS).
 EXAMPLES: dict[str, dict[str, Any]] = {
-    "memory_add": {
-        "type": "decision",
-        "content": (
-            "Project Alpha's API uses PostgreSQL 16, not MySQL: we need JSONB columns and"
-            " row-level security. Agreed with Dana at the schema review."
-        ),
-        "tags": ["database", "project-alpha"],
-        "related_people": ["Dana"],
-    },
-    "memory_search": {
-        "query": "which database does the Alpha API use",
-        "types": ["decision", "fact"],
-        "limit": 5,
-    },
-    "memory_describe": {"scope": "both"},
-    "memory_list": {"mode": "compact", "types": ["todo", "goal"], "limit": 20},
-    "memory_get": {"ids": [_EXAMPLE_ID]},
-    "memory_update": {
-        "id": _EXAMPLE_ID,
-        "content": (
-            "Deploys of Project Alpha go through `make release` (not `make deploy`, removed"
-            " in June); it runs the migrations first."
-        ),
-        "tags": ["deploy", "procedure"],
-    },
-    "memory_delete": {"ids": [_EXAMPLE_ID]},
-    "memory_timeline": {"anchor": _EXAMPLE_ID, "before": 3, "after": 3},
-    "memory_history": {"id": _EXAMPLE_ID},
-    "memory_people": {"query": "dana"},
-    "memory_reconcile": {
-        "facts": [
-            {"content": "Deploys of Project Alpha go through `make ship`", "type": "knowledge"},
-            {"content": "The user prefers answers with code examples", "type": "user_pref"},
-        ]
-    },
-    "memory_apply": {
-        "actions": [
-            {
-                "action": "supersede",
-                "id": _EXAMPLE_ID,
-                "type": "knowledge",
-                "content": "Deploys of Project Alpha go through `make ship` (since June).",
-            },
-            {
-                "action": "add",
-                "type": "user_pref",
-                "content": "The user prefers answers with code examples.",
-            },
-        ]
-    },
-    "create_workspace": {
-        "name": _WORKSPACE,
-        "description": "E-commerce platform rebuild",
-        "root_folder": "projects/alpha",
-        "purpose": "Rebuild the legacy e-commerce platform as a set of services",
-        "key_files": ["projects/alpha/README.md"],
-    },
-    "list_workspaces": {"include_archived": False},
-    "load_workspace": {"name": _WORKSPACE},
-    "update_workspace": {
-        "name": _WORKSPACE,
-        "workflows": ["Review a pull request", "Release to staging"],
-    },
-    "archive_workspace": {"name": _WORKSPACE},
-    "create_state": {
-        "workspace": _WORKSPACE,
-        "name": _STATE,
-        "conversation_context": "We chose JWT for auth and set up the basic structure.",
-        "active_task": "Implementing token refresh",
-        "active_files": ["src/auth/jwt.ts", "src/auth/middleware.ts"],
-        "next_steps": ["Add the refresh endpoint", "Test token expiry", "Add logout"],
-        "tags": ["auth", "in-progress"],
-    },
-    "list_states": {"workspace": _WORKSPACE},
-    "load_state": {"workspace": _WORKSPACE, "name": _STATE},
-    "archive_state": {"workspace": _WORKSPACE, "name": _STATE},
+    name: BY_NAME[op].example_body() for name, op in TOOL_OPS.items()
 }
 
 # ----------------------------------------------------------------------------- type table

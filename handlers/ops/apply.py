@@ -11,13 +11,14 @@ follow the write, one per memory changed, as the separate operations would publi
 from __future__ import annotations
 
 import contextlib
-from typing import NamedTuple
+from typing import Literal, NamedTuple, get_args
 
 import msgspec
 
 from contracts.messages import (
     AddRequest,
     Applied,
+    ApplyAction,
     ApplyAdd,
     ApplyDelete,
     ApplyReply,
@@ -31,6 +32,7 @@ from handlers.ops.deps import Deps
 from handlers.ops.events import publish_event
 from handlers.ops.history import entry
 from handlers.ops.registry import handles
+from handlers.ops.replies import one_of
 from handlers.ops.workspaces import state_is_immutable
 from handlers.ops.writes import PreparedUpdate, missing_memory, prepare_add, prepare_update
 from handlers.store.batch import Refused, Step
@@ -39,6 +41,9 @@ from handlers.store.record import Record
 
 # Attempts when a memory to update changed between its read and the write.
 _ATTEMPTS = 3
+# An action's tag, as `Applied.action` names it.
+ActionKind = Literal["add", "update", "supersede", "delete"]
+_KINDS: tuple[ActionKind, ...] = get_args(ActionKind)
 
 
 class _Planned(NamedTuple):
@@ -47,6 +52,8 @@ class _Planned(NamedTuple):
     steps: list[Step]
     added: Record | None = None
     updated: PreparedUpdate | None = None
+    # The memory a delete removes.
+    deleted: str | None = None
 
 
 @handles(ApplyRequest)
@@ -101,7 +108,7 @@ async def _apply_once(ns: str, req: ApplyRequest, deps: Deps) -> ApplyReply:
 async def _plan(
     ns: str,
     i: int,
-    action: ApplyAdd | ApplyUpdate | ApplySupersede | ApplyDelete,
+    action: ApplyAction,
     req: ApplyRequest,
     deps: Deps,
     now: int,
@@ -115,10 +122,11 @@ async def _plan(
         step = Step.update(i, ns, prepared.old, prepared.new, prepared.vec, now, prepared.entry)
         return _Planned([step], updated=prepared)
     if isinstance(action, ApplyDelete):
-        await _live_target(ns, action.id, deps, now, "delete")
+        await _live_target(ns, action.id, deps, now, _kind(action))
         gone = entry("deleted", now, req)
         keep_ms = deps.settings.history_after_delete_s * 1000
-        return _Planned([Step.delete(i, ns, action.id, now, gone, keep_ms, STATE_TYPE)])
+        step = Step.delete(i, ns, action.id, now, gone, keep_ms, STATE_TYPE)
+        return _Planned([step], deleted=action.id)
     if action.supersedes or action.dedup == "semantic":
         raise InvalidRequest(
             'an action of apply takes neither `supersedes` nor `dedup: "semantic"`: use a'
@@ -127,7 +135,7 @@ async def _plan(
         )
     add = _as_add(action, req)
     if isinstance(action, ApplySupersede):
-        await _live_target(ns, action.id, deps, now, "supersede")
+        await _live_target(ns, action.id, deps, now, _kind(action))
         # The new memory is always a memory of its own: were it a repeat of a live one,
         # that one would supersede the target, and might be the target itself.
         add = msgspec.structs.replace(add, dedup="none")
@@ -160,8 +168,8 @@ async def _live_target(ns: str, memory_id: str, deps: Deps, now: int, op: str) -
         raise state_is_immutable(memory_id, op)
 
 
-def _kind(action: ApplyAdd | ApplyUpdate | ApplySupersede | ApplyDelete) -> str:
-    return type(action).__struct_config__.tag  # type: ignore[return-value]
+def _kind(action: ApplyAction) -> ActionKind:
+    return one_of(str(type(action).__struct_config__.tag), _KINDS)
 
 
 def _refusal(ns: str, req: ApplyRequest, exc: Refused) -> HandlerError:
@@ -201,26 +209,26 @@ async def _announce(
             new = plan.updated.new
             by = getattr(action, "agent_id", None) or req.agent_id
             await publish_event(deps, ns, "updated", new, now, agent_id=by)
-            results.append(Applied(index=i, id=new.id, action=kind))  # type: ignore[arg-type]
+            results.append(Applied(index=i, id=new.id, action=kind))
             continue
-        if plan.added is None:  # a delete
+        if plan.deleted is not None:
             rows = got[0]
             gone = record_row(rows[0]) if isinstance(rows, list) else None
             if gone is not None:
                 await publish_event(deps, ns, "deleted", gone, now)
-            results.append(Applied(index=i, id=action.id, action="delete"))  # type: ignore[union-attr]
+            results.append(Applied(index=i, id=plan.deleted, action=kind))
             continue
         repeat = record_row(got[0]) if isinstance(got[0], list) else None
         if repeat is not None:  # an add that repeated a live memory: its mention counted
             await publish_event(deps, ns, "updated", repeat, now)
-            results.append(Applied(index=i, id=repeat.id, action=kind))  # type: ignore[arg-type]
+            results.append(Applied(index=i, id=repeat.id, action=kind))
             continue
         rec = plan.added
-
+        assert rec is not None  # neither an update nor a delete: an add or a supersede
         await publish_event(deps, ns, "added", rec, now)
         if len(got) > 1 and isinstance(got[1], list):
             old = record_row(got[1][0])
             if old is not None:
                 await publish_event(deps, ns, "updated", old, now, agent_id=rec.agent_id)
-        results.append(Applied(index=i, id=rec.id, action=kind))  # type: ignore[arg-type]
+        results.append(Applied(index=i, id=rec.id, action=kind))
     return ApplyReply(results=results)

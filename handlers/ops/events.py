@@ -10,6 +10,7 @@ from contracts.messages import Event, preview
 from contracts.subjects import event_subject
 from handlers.ops.clock import ms_to_dt
 from handlers.ops.deps import Deps
+from handlers.ops.replies import wire_store
 from handlers.store.record import Record
 
 Action = Literal["added", "updated", "deleted"]
@@ -29,7 +30,7 @@ async def publish_event(
         at=ms_to_dt(at_ms),
         preview=preview(rec.content),
         workspace=rec.workspace if rec.workspace is not None else msgspec.UNSET,
-        store=rec.store,  # type: ignore[arg-type]
+        store=wire_store(rec),
         request_id=deps.write.request_id if deps.write is not None else msgspec.UNSET,
     )
     subject = event_subject(ns, rec.workflow_id, rec.type, action)

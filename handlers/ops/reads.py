@@ -19,7 +19,7 @@ from handlers.ops.checks import check_types
 from handlers.ops.clock import ms_to_dt
 from handlers.ops.deps import Deps
 from handlers.ops.registry import handles
-from handlers.ops.replies import to_compact, to_memory
+from handlers.ops.replies import to_compact, to_memory, wire_scope
 from handlers.ops.scoping import read_scope, read_time
 from handlers.store.filters import read_filter
 from handlers.store.queries import Page
@@ -37,7 +37,7 @@ async def describe(ns: str, req: DescribeRequest, deps: Deps) -> DescribeReply:
         by_type=dict(seen.by_type),
         tags=listed,
         tags_truncated=len(seen.tags) > len(listed),
-        scope=scope.applied,  # type: ignore[arg-type]
+        scope=wire_scope(scope),
         workflow_id=scope.workflow_id,
         workflow_count=seen.workflow_count,
         general_count=seen.general_count,

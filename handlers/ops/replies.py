@@ -11,7 +11,7 @@ other change (tests/unit/test_record.py checks that every wire field is accounte
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, get_args
 
 import msgspec
 
@@ -19,14 +19,22 @@ from contracts.messages import (
     CompactMemory,
     ExportedMemory,
     Memory,
+    MemoryStore,
+    ReadScope,
     RecalledMemory,
     ScoredMemory,
     preview,
 )
 from handlers.ops.clock import expiry_dt, ms_to_dt, opt_dt, opt_ms
+from handlers.store import filters
 from handlers.store.record import Record, Summary, expiry
 
 W = TypeVar("W", bound=msgspec.Struct)
+L = TypeVar("L", bound=str)
+
+# The values of the contract's Literal types that the store keeps as plain text.
+_STORES: tuple[MemoryStore, ...] = get_args(MemoryStore)
+_SCOPES: tuple[ReadScope, ...] = get_args(ReadScope)
 
 _EMPTY_OBJECT = msgspec.Raw(b"{}")
 
@@ -76,6 +84,25 @@ def as_record(source: msgspec.Struct, **given: Any) -> Record:
         if name in _RECORD_FIELDS and name not in given
     }
     return Record(**values, **given)
+
+
+def one_of(value: str, allowed: tuple[L, ...]) -> L:
+    """`value`, known only as text, as the Literal type whose values (`get_args`) are
+    `allowed`; a ValueError if it is none of them."""
+    for candidate in allowed:
+        if value == candidate:
+            return candidate
+    raise ValueError(f"{value!r} is none of {', '.join(allowed)}")
+
+
+def wire_store(rec: Record) -> MemoryStore:
+    """The record's store as the protocol names it (the store writes only those)."""
+    return one_of(rec.store, _STORES)
+
+
+def wire_scope(scope: filters.ReadScope) -> ReadScope:
+    """What a read covered, as the protocol's `scope` names it."""
+    return one_of(scope.applied, _SCOPES)
 
 
 def _same(value: Any) -> Any:

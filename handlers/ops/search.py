@@ -69,7 +69,7 @@ async def search(ns: str, req: SearchRequest, deps: Deps) -> SearchReply:
     return SearchReply(results=results, mode=found.mode)
 
 
-class Found(NamedTuple):
+class RankedCandidates(NamedTuple):
     """A search's candidates, ranked, before their records are read."""
 
     mode: SearchMode
@@ -80,7 +80,7 @@ class Found(NamedTuple):
 
 async def ranked_candidates(
     ns: str, req: SearchRequest, deps: Deps, now: int, when: ReadTime | None = None
-) -> Found:
+) -> RankedCandidates:
     """Every live candidate of the search at or above `min_score`, best first; `when`: the
     read's time rule, when the caller has made the namespace ready for it already."""
     settings = deps.settings
@@ -167,7 +167,7 @@ async def ranked_candidates(
             full = (len(nearest) >= k, len(matches) >= k and not scored_among)
             await _fill_missing_scores(ns, req, deps, c, vec, terms, full, now, current)
 
-    return Found(mode, _ranked(mode, req, deps, c, now), vec)
+    return RankedCandidates(mode, _ranked(mode, req, deps, c, now), vec)
 
 
 def _scoped(req: SearchRequest, scope: ReadScope, current: bool) -> Scoped | None:

@@ -8,54 +8,13 @@ import pytest
 
 from contracts import limits
 from contracts.messages import AddRequest, DescribeRequest, ListRequest
-from contracts.operations import REQUEST_TYPES
+from contracts.operations import BY_NAME, REQUEST_TYPES
 from contracts.types import DEFAULT_TYPES
 from handlers.dispatch import check_nesting, decode_request, nesting_depth
 from handlers.errors import InvalidRequest, TooLarge
 from handlers.ops.checks import check_content, check_metadata, type_config
 
 OPS = sorted(REQUEST_TYPES)
-
-VALID_BODIES = {
-    "add": {"type": "fact", "content": "water boils at 100 C"},
-    "search": {"query": "boiling point"},
-    "describe": {},
-    "list": {"mode": "compact"},
-    "get": {"ids": ["a"]},
-    "delete": {"ids": ["a", "b"]},
-    "clear_by_type": {"type": "context", "workflow_id": "wf_1"},
-    "update": {"id": "01ABC", "importance": 0.5},
-    "history": {"id": "01ABC"},
-    "recall": {"message": "hi", "session_id": "s-1"},
-    "timeline": {"anchor": "01ABC"},
-    "people": {"query": "ana"},
-    "create_workspace": {"name": "Alpha", "description": "d", "root_folder": "/", "purpose": "p"},
-    "list_workspaces": {"include_archived": True},
-    "load_workspace": {"name": "Alpha"},
-    "update_workspace": {"name": "Alpha", "is_archived": False},
-    "archive_workspace": {"name": "Alpha"},
-    "create_state": {
-        "workspace": "Alpha",
-        "name": "s1",
-        "conversation_context": "c",
-        "active_task": "t",
-        "active_files": [],
-        "next_steps": ["n"],
-    },
-    "list_states": {"workspace": "Alpha"},
-    "load_state": {"workspace": "Alpha", "name": "s1"},
-    "archive_state": {"workspace": "Alpha", "name": "s1"},
-    "capture": {"tool": "read_file", "args": {"path": "a.py"}, "output": "x", "error": False},
-    "export": {"cursor": "0", "limit": 10},
-    "reconcile": {"facts": [{"content": "x", "type": "fact"}], "workflow_id": "wf", "limit": 2},
-    "compact": {"type": "fact", "keep": 5, "by": "importance", "workflow_id": "wf"},
-    "apply": {"actions": [{"action": "delete", "id": "m1"}], "workflow_id": "wf"},
-    "import": {
-        "memories": [
-            {"id": "01ABC", "type": "fact", "content": "x", "created_at": "2026-01-01T00:00:00Z"}
-        ]
-    },
-}
 
 
 def body(value: object) -> bytes:
@@ -70,8 +29,8 @@ def nested(depth: int) -> object:
 
 
 @pytest.mark.parametrize("op", OPS)
-def test_valid_body_decodes_to_the_operation_request_class(op: str) -> None:
-    req = decode_request(op, body(VALID_BODIES[op]))
+def test_the_example_body_decodes_to_the_operation_request_class(op: str) -> None:
+    req = decode_request(op, body(BY_NAME[op].example))
     assert type(req) is REQUEST_TYPES[op]
 
 

@@ -7,6 +7,8 @@ or a consistent tool fails here, by name, instead of as an `internal` KeyError a
 from __future__ import annotations
 
 import inspect
+import subprocess
+import sys
 import typing
 from pathlib import Path
 
@@ -87,3 +89,18 @@ def test_reduced_trust_agents_may_send_only_durable_operations_open_to_them() ->
     allowed = agent_permissions(Agent("a1", "ns1", "inner"))["publish"]["allow"]
     durable = {s.split(".")[2] for s in allowed if s.startswith("memq.")}
     assert durable == set(DURABLE_OPERATIONS) - set(FULL_TRUST_OPERATIONS)
+
+
+def test_the_handlers_refuse_to_start_with_an_operation_left_unbound() -> None:
+    # handlers.ops finds its functions by importing every module of the package; an
+    # operation of the table that none binds stops the import, by name.
+    code = (
+        "import contracts.operations as table\n"
+        "table.OPERATIONS += ('ghost',)\n"
+        "import handlers.ops\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode != 0
+    assert "ImportError: operations without a handler function: ghost" in done.stderr
