@@ -288,11 +288,12 @@ def changed_fields(old: Record, new: Record) -> dict[str, Any]:
     return out
 
 
-def decode(cls: type[S], values: dict[str, str]) -> S:
+def decode(cls: type[S], stored: dict[str, str]) -> S:
     """A Struct from stored string values (missing fields take their defaults)."""
+    values: dict[str, Any] = stored
     for name in _TAG_LISTS:
         if name in values:
-            values[name] = [t for t in values[name].split(",") if t]  # type: ignore[assignment]
+            values[name] = [t for t in values[name].split(",") if t]
     for name in _JSON_LISTS:
         if values.get(name):
             values[name] = _json.decode(values[name])
