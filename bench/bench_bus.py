@@ -56,7 +56,8 @@ from redisvl.version import __version__ as redisvl_version
 from bus import MemoryBus
 from contracts.messages import AddRequest, DescribeRequest, SearchRequest
 from deploy.embedded import EmbeddedStack, wait_for_handlers
-from handlers import ops as operations
+from handlers.ops import reads, writes
+from handlers.ops import search as search_ops
 from handlers.ops.clock import now_ms
 from handlers.ops.ranking import overfetch
 from handlers.ops.scoping import read_scope
@@ -258,7 +259,7 @@ async def bench(
         b, h = await phases.bus("add (bus)", "add", n, lambda i: agents.add(bus_adds[i]))
         rows: list[Row] = [("add", "handler log (ms)", b, h)]
         op = await phases.direct(
-            "add in-process op", n, lambda i: operations.add(NS, add_request(op_adds[i]), deps)
+            "add in-process op", n, lambda i: writes.add(NS, add_request(op_adds[i]), deps)
         )
         rows.append(("add", "in-process op (no publish)", b, op))
 
@@ -284,7 +285,7 @@ async def bench(
         def op_search(i: int) -> Awaitable[Any]:
             q = queries[i]
             req = SearchRequest(query=q.text, workflow_id=q.workflow_id, limit=LIMIT, mode="vector")
-            return operations.search(NS, req, deps)
+            return search_ops.search(NS, req, deps)
 
         # The redisvl query beside it is a vector KNN, so the bus rows use vector mode; the
         # default hybrid mode (KNN and BM25 side by side) gets a row of its own below.
@@ -344,7 +345,7 @@ async def bench(
         rows.append(("describe", "handler log (ms)", b, h))
         rows.append(("describe", "Store.aggregate", b, agg))
         op = await phases.direct(
-            "describe in-process op", d, lambda i: operations.describe(NS, reqs[i], deps)
+            "describe in-process op", d, lambda i: reads.describe(NS, reqs[i], deps)
         )
         rows.append(("describe", "in-process op", b, op))
         return rows, phases.costs

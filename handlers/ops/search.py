@@ -3,9 +3,8 @@ ranked with importance and recency, cut by `min_score`, `limit` and `max_tokens`
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import msgspec
 import numpy as np
@@ -22,8 +21,10 @@ from handlers.ops.scoping import ReadTime, read_scope, read_time
 from handlers.ops.terms import query_terms
 from handlers.ops.vectors import request_vector
 from handlers.store.filters import CURRENT, ReadScope, Scoped, read_filter
-from handlers.store.record import Candidate
-from handlers.store.text import text_terms
+from handlers.store.queries import decode_docs
+from handlers.store.record import Candidate, Fetched
+from handlers.store.text import scores_of, text_terms
+from handlers.store.trip import Queued
 
 
 class Ranked(NamedTuple):
@@ -61,28 +62,44 @@ def _cosine(query: np.ndarray, vec: np.ndarray) -> float:
 @handles(SearchRequest)
 async def search(ns: str, req: SearchRequest, deps: Deps) -> SearchReply:
     now = deps.clock()
-    found = await ranked_candidates(ns, req, deps, now)
+    diversify = req.diversify is not None and req.diversify < 1.0
+    depth = _mmr_depth(req.limit) if diversify else req.limit
+    found = await ranked_candidates(ns, req, deps, now, read=depth)
     ranked = found.ranked
-    if req.diversify is not None and req.diversify < 1.0 and len(ranked) > 1:
-        ranked = await _diversified(ns, ranked, req.diversify, _mmr_depth(req.limit), deps)
-    results = await _read_results(ns, req, deps, ranked, now)
+    if req.diversify is not None and diversify and len(ranked) > 1:
+        ranked = _diversified(ranked, req.diversify, depth, found.vectors)
+    results = await _read_results(ns, req, deps, ranked, now, found.records)
     return SearchReply(results=results, mode=found.mode)
 
 
 class RankedCandidates(NamedTuple):
-    """A search's candidates, ranked, before their records are read."""
+    """A search's candidates, ranked, and the records (None: vanished) and stored vectors
+    read with their scores: those of every candidate that could make the best `read`."""
 
     mode: SearchMode
     ranked: list[Ranked]
     # The query's vector (None in text mode).
     vector: np.ndarray | None
+    records: dict[str, Fetched | None]
+    vectors: dict[str, np.ndarray]
+
+
+# Candidates read beyond the best `read`, in case some vanished since the queries.
+SPARE_READS = 2
 
 
 async def ranked_candidates(
-    ns: str, req: SearchRequest, deps: Deps, now: int, when: ReadTime | None = None
+    ns: str,
+    req: SearchRequest,
+    deps: Deps,
+    now: int,
+    when: ReadTime | None = None,
+    read: int = 0,
 ) -> RankedCandidates:
-    """Every live candidate of the search at or above `min_score`, best first; `when`: the
-    read's time rule, when the caller has made the namespace ready for it already."""
+    """Every live candidate of the search at or above `min_score`, best first, in two
+    round trips: the vector and full-text queries together, then what their candidates
+    lack (the BM25 among them, stored vectors) with the records of those that could make
+    the best `read` (0: none). `when`: the read's time rule, when the caller has it."""
     settings = deps.settings
     check_types(settings.types, req.types)
     mode = req.mode or settings.search_mode
@@ -120,54 +137,165 @@ async def ranked_candidates(
     if mode != "text":
         vec = await request_vector(ns, deps, text=req.query, given=req.embedding, query=True)
     scored_among = rare != terms and vec is not None
-    # The vector and full-text queries run side by side.
-    nearest, matches = await asyncio.gather(
-        deps.store.queries.knn(
-            ns, vec, knn_where, k, scoped=_scoped(req, scope, current), ended_by=when.ended_by
-        )
-        if vec is not None
-        else _nothing(),
+    queries, text, reads = deps.store.queries, deps.store.text, deps.store.reads
+    searches = []
+    if vec is not None:
+        scoped = _scoped(req, scope, current)
+        searches.append(queries.knn_search(ns, vec, knn_where, k, scoped=scoped))
+    texted = mode != "vector" and bool(rare)
+    if texted:
         # Only finding candidates, scored below where the superseded ones get no score:
         # "not superseded" cost a third of this query's Redis time at 100k.
-        deps.store.text.text(
-            ns,
-            rare,
-            where,
-            k,
-            current=current and not scored_among,
-            finding=scored_among,
-            ended_by=when.ended_by,
-        )
-        if mode != "vector" and rare
-        else _nothing(),
-    )
-    if scored_among:
-        # Every candidate's BM25 over every word, read among the candidates only: the same
-        # scores a whole-namespace query gives them, for work bounded by their number. A
-        # superseded candidate gets none, so it is dropped here.
-        found = {m.id: m for m in [*nearest, *matches]}
-        scores = await deps.store.text.text_scores(ns, terms, list(found), current)
-        matches = [
-            msgspec.structs.replace(found[mid], text_score=score)
-            for mid, score in sorted(scores.items(), key=lambda kv: kv[1], reverse=True)
-        ]
+        found = current and not scored_among
+        searches.append(text.text_search(rare, where, k, current=found, finding=scored_among))
+    nearest: list[Candidate] = []
+    matches: list[Candidate] = []
+    if searches:
+        pages, _ = await queries.run(ns, searches, when.ended_by)
+        nearest = decode_docs(ns, pages[0], Candidate) if vec is not None else []
+        matches = decode_docs(ns, pages[-1], Candidate) if texted else []
     c = Candidates()
     for i, m in enumerate(nearest, 1):
         c.pool[m.id] = m
         c.cosines[m.id] = ranking.similarity(m.distance or 0.0)
         c.vec_rank[m.id] = i
-    if matches:
-        c.top_bm25 = max(m.text_score or 0.0 for m in matches)
-        for i, m in enumerate(matches, 1):
-            c.pool.setdefault(m.id, m)
-            c.texts[m.id] = _normalised(m.text_score, c.top_bm25)
-            c.text_rank[m.id] = i
-        if vec is not None:
-            # Scored among the candidates, every vector match has its text score already.
-            full = (len(nearest) >= k, len(matches) >= k and not scored_among)
-            await _fill_missing_scores(ns, req, deps, c, vec, terms, full, now, current)
+    among = {m.id: m for m in [*nearest, *matches]}
+    if not scored_among:
+        _add_matches(c, matches)
+    depth = read or (_mmr_depth(req.limit) if req.diversify is not None else req.limit)
+    extra: list[str] = []
+    rescore: list[str] = []
+    if vec is not None and matches:
+        full = (len(nearest) >= k, len(matches) >= k)
+        extra, rescore = _missing(req, deps, c, matches, full, scored_among, depth, now)
+    if scored_among:
+        # Every candidate's BM25 over every word, read among the candidates only: the same
+        # scores a whole-namespace query gives them, for work bounded by their number.
+        rescore = list(among)
+    chosen = _could_make(req, deps, c, among, k, scored_among, read + SPARE_READS, now)
+    vectors = list(dict.fromkeys([*extra, *(chosen if req.diversify is not None else [])]))
+    also: list[Queued[Any]] = [
+        reads.vectors_queued(ns, vectors),
+        reads.fetch_queued(ns, chosen if read else [], now),
+    ]
+    stored: dict[str, np.ndarray] = {}
+    records: dict[str, Fetched | None] = {}
+    scored: dict[str, float] = {}
+    if rescore or vectors or (read and chosen):
+        second = [text.scores_search(ns, terms, rescore, current)] if rescore else []
+        pages, (stored, fetched) = await queries.run(ns, second, None, also)
+        scored = scores_of(ns, pages[0]) if rescore else {}
+        records = dict(zip(chosen if read else [], fetched, strict=True))
+    if scored_among:
+        # A superseded candidate gets no score, so it is dropped here.
+        rescored = [
+            msgspec.structs.replace(among[mid], text_score=score)
+            for mid, score in sorted(scored.items(), key=lambda kv: kv[1], reverse=True)
+        ]
+        _add_matches(c, rescored)
+    else:
+        for mid, score in scored.items():
+            c.texts[mid] = _normalised(score, c.top_bm25)
+    if vec is not None:
+        for mid in extra:
+            if (v := stored.get(mid)) is not None:
+                c.cosines[mid] = max(0.0, min(1.0, _cosine(vec, v)))
+        if c.texts:
+            for mid in c.text_rank:
+                if mid not in c.cosines:
+                    del c.pool[mid]  # a text match that could not rank
+    return RankedCandidates(mode, _ranked(mode, req, deps, c, now), vec, records, stored)
 
-    return RankedCandidates(mode, _ranked(mode, req, deps, c, now), vec)
+
+def _add_matches(c: Candidates, matches: list[Candidate]) -> None:
+    """The full-text matches, best first, with their BM25 relative to the best."""
+    if not matches:
+        return
+    c.top_bm25 = max(m.text_score or 0.0 for m in matches)
+    for i, m in enumerate(matches, 1):
+        c.pool.setdefault(m.id, m)
+        c.texts[m.id] = _normalised(m.text_score, c.top_bm25)
+        c.text_rank[m.id] = i
+
+
+def _missing(
+    req: SearchRequest,
+    deps: Deps,
+    c: Candidates,
+    matches: list[Candidate],
+    full: tuple[bool, bool],
+    scored_among: bool,
+    depth: int,
+    now: int,
+) -> tuple[list[str], list[str]]:
+    """What hybrid candidates lack from the query that did not return them: the text
+    matches whose cosine is read from their stored vector, and the vector matches beyond
+    the text query's k whose BM25 is read among themselves (otherwise which of many equal
+    text scores made the cut would decide). With linear fusion, only those that could
+    still make the best `depth`: beyond a query's k, a memory scores at most as well as
+    that query's k-th (a text score not yet read, at most the best)."""
+    knn_full, text_full = full
+    linear = _fusion(req, deps) == "linear"
+    extra = [m.id for m in matches if m.id not in c.cosines]
+    unscored = [] if scored_among or not text_full else [m for m in c.cosines if m not in c.texts]
+    if linear:
+        bar = _score_to_beat(c, depth, deps, now)
+        best = {m.id: 1.0 if scored_among else c.texts[m.id] for m in matches}
+        if knn_full and c.cosines:
+            low_cos = min(c.cosines.values())
+            by_id = {m.id: m for m in matches}
+            extra = [m for m in extra if _total(by_id[m], low_cos, best[m], deps, now) >= bar]
+        if unscored:
+            low_txt = min(c.texts.values())
+            unscored = [
+                m for m in unscored if _total(c.pool[m], c.cosines[m], low_txt, deps, now) >= bar
+            ]
+    return extra, unscored if linear else []
+
+
+def _could_make(
+    req: SearchRequest,
+    deps: Deps,
+    c: Candidates,
+    among: dict[str, Candidate],
+    k: int,
+    scored_among: bool,
+    depth: int,
+    now: int,
+) -> list[str]:
+    """The candidates that could be among the best `depth`, from what the queries told:
+    each one's lowest and highest possible final score (a signal not yet read, between 0
+    and the most it can be) against the `depth`-th best lowest. All of them for RRF, whose
+    ranks move with every score read."""
+    mode = req.mode or deps.settings.search_mode
+    live = [m for m in among.values() if m.expires_at > now]
+    if len(live) <= depth or (mode == "hybrid" and _fusion(req, deps) == "rrf"):
+        return [m.id for m in live]
+    cos_cap = min(c.cosines.values()) if len(c.vec_rank) >= k and c.cosines else 1.0
+    txt_cap = min(c.texts.values()) if len(c.text_rank) >= k and c.texts else 0.0
+    alpha = deps.settings.hybrid_alpha
+    bounds: list[tuple[float, float, str]] = []
+    for m in live:
+        cos = c.cosines.get(m.id)
+        cos_lo, cos_hi = (cos, cos) if cos is not None else (0.0, cos_cap)
+        txt = c.texts.get(m.id)
+        if scored_among:
+            txt_lo, txt_hi = 0.0, 1.0
+        else:
+            txt_lo, txt_hi = (txt, txt) if txt is not None else (0.0, txt_cap)
+        if mode == "vector":
+            lo, hi = cos_lo, cos_hi
+        elif mode == "text":
+            lo, hi = txt_lo, txt_hi
+        else:
+            lo = ranking.fuse_linear(cos_lo, txt_lo, alpha)
+            hi = ranking.fuse_linear(cos_hi, txt_hi, alpha)
+        bounds.append((_final(m, lo, deps, now), _final(m, hi, deps, now), m.id))
+    lows = sorted((lo for lo, _, _ in bounds), reverse=True)
+    bar = lows[depth - 1]
+    if req.min_score is not None:
+        bar = max(bar, req.min_score)
+    return [mid for _, hi, mid in bounds if hi >= bar]
 
 
 def _scoped(req: SearchRequest, scope: ReadScope, current: bool) -> Scoped | None:
@@ -182,51 +310,6 @@ def _normalised(bm25: float | None, top: float) -> float:
 
 def _fusion(req: SearchRequest, deps: Deps) -> str:
     return req.fusion or deps.settings.hybrid_fusion
-
-
-async def _fill_missing_scores(
-    ns: str,
-    req: SearchRequest,
-    deps: Deps,
-    c: Candidates,
-    vec: np.ndarray,
-    terms: list[str],
-    full: tuple[bool, bool],
-    now: int,
-    current: bool,
-) -> None:
-    """Give hybrid candidates the signal their other query did not return: text matches the
-    vector query missed get their true cosine, and vector matches beyond the text query's k
-    get their true BM25 (otherwise which of many equal text scores made the cut would
-    decide). With linear fusion, only those that could still make the results: beyond a
-    query's k, a memory scores at most as well as that query's k-th."""
-    knn_full, text_full = full
-    linear = _fusion(req, deps) == "linear"
-    extra = [mid for mid in c.text_rank if mid not in c.cosines]
-    unscored = [mid for mid in c.cosines if mid not in c.texts] if text_full else []
-    if linear:
-        depth = req.limit if req.diversify is None else _mmr_depth(req.limit)
-        bar = _score_to_beat(c, depth, deps, now)
-        if knn_full:
-            low_cos = min(c.cosines.values())
-            extra = [m for m in extra if _total(c.pool[m], low_cos, c.texts[m], deps, now) >= bar]
-        low_txt = min(c.texts.values())
-        unscored = [
-            m for m in unscored if _total(c.pool[m], c.cosines[m], low_txt, deps, now) >= bar
-        ]
-    stored, rescored = await asyncio.gather(
-        deps.store.reads.vectors(ns, extra),
-        deps.store.text.text_scores(ns, terms, unscored, current)
-        if unscored and linear
-        else _no_scores(),
-    )
-    for mid, v in stored.items():
-        c.cosines[mid] = max(0.0, min(1.0, _cosine(vec, v)))
-    for mid, score in rescored.items():
-        c.texts[mid] = _normalised(score, c.top_bm25)
-    for mid in c.text_rank:
-        if mid not in c.cosines:
-            del c.pool[mid]  # a text match that could not rank
 
 
 def _ranked(mode: str, req: SearchRequest, deps: Deps, c: Candidates, now: int) -> list[Ranked]:
@@ -280,12 +363,12 @@ def _score_to_beat(c: Candidates, depth: int, deps: Deps, now: int) -> float:
     return known[depth - 1] if len(known) >= depth else float("-inf")
 
 
-async def _diversified(
-    ns: str, ranked: list[Ranked], weight: float, depth: int, deps: Deps
+def _diversified(
+    ranked: list[Ranked], weight: float, depth: int, stored: dict[str, np.ndarray]
 ) -> list[Ranked]:
-    """Maximal marginal relevance over the best `depth` candidates (greedy)."""
+    """Maximal marginal relevance over the best `depth` candidates (greedy), with the stored
+    vectors read with their scores."""
     head, tail = ranked[:depth], ranked[depth:]
-    stored = await deps.store.reads.vectors(ns, [r.id for r in head])
     dim = max((len(v) for v in stored.values()), default=0)
     vectors = np.zeros((len(head), dim), np.float32)
     for i, r in enumerate(head):
@@ -296,48 +379,43 @@ async def _diversified(
     return [head[i] for i in ranking.mmr_order(scores, vectors, weight)] + tail
 
 
-async def _nothing() -> list[Candidate]:
-    return []
-
-
-async def _no_scores() -> dict[str, float]:
-    return {}
-
-
 async def _read_results(
-    ns: str, req: SearchRequest, deps: Deps, ranked: list[Ranked], now: int
+    ns: str,
+    req: SearchRequest,
+    deps: Deps,
+    ranked: list[Ranked],
+    now: int,
+    records: dict[str, Fetched | None],
 ) -> list[ScoredMemory]:
-    """Read the best candidates' records until `limit` (or the token budget) is reached. Only
-    returned memories count as accessed; one that vanished since the candidate queries
-    (deleted, expired) gives its place to the next candidate."""
+    """The best candidates' records until `limit` (or the token budget) is reached, from
+    those read with the scores. One that vanished since the queries (deleted, expired)
+    gives its place to the next candidate, read then if it was not. Only returned memories
+    count as accessed, right after the reply."""
     budget = req.max_tokens
-    # Without a budget, every live record read is returned, so the read counts its access
-    # (one script call, not a second one after the reply). With one, which records fit is
-    # known only after reading them: those returned are counted after the reply.
-    counted = budget is None
     results: list[ScoredMemory] = []
     spent = 0
-    while ranked and len(results) < req.limit:
-        want = req.limit - len(results)
-        batch, ranked = ranked[:want], ranked[want:]
-        found = await deps.store.reads.fetch(ns, [r.id for r in batch], now, count_access=counted)
-        for r, f in zip(batch, found, strict=True):
-            if f is None:
-                continue
-            fits, spent = fits_budget(f.record.content, spent, budget)
-            if not fits and results:
-                ranked = []
-                break
-            results.append(
-                to_scored(
-                    f.record,
-                    f.access_count,
-                    f.last_accessed_ms,
-                    score=r.score,
-                    similarity=r.cosine,
-                    text_score=r.text,
-                )
+    for i, r in enumerate(ranked):
+        if len(results) >= req.limit:
+            break
+        if r.id not in records:
+            want = [x.id for x in ranked[i : i + req.limit - len(results)] if x.id not in records]
+            fetched = await deps.store.reads.fetch(ns, want, now, count_access=False)
+            records.update(zip(want, fetched, strict=True))
+        f = records[r.id]
+        if f is None:
+            continue
+        fits, spent = fits_budget(f.record.content, spent, budget)
+        if not fits and results:
+            break
+        results.append(
+            to_scored(
+                f.record,
+                f.access_count,
+                f.last_accessed_ms,
+                score=r.score,
+                similarity=r.cosine,
+                text_score=r.text,
             )
-    if not counted:
-        deps.store.reads.touch_later(ns, [r.id for r in results], now)
+        )
+    deps.store.reads.touch_later(ns, [r.id for r in results], now)
     return results

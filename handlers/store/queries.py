@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Generic, NamedTuple, TypeVar
 
 import msgspec
@@ -43,6 +43,7 @@ from handlers.store.record import (
 from handlers.store.resp import Found, parse_row, parse_search, text
 from handlers.store.schema import VECTOR_FIELD
 from handlers.store.tallies import Behind, Overview, Tallies
+from handlers.store.trip import Queued, Search
 from handlers.store.validity import Validity
 
 log = structlog.get_logger("membus.store")
@@ -107,6 +108,19 @@ class Queries:
         call (a time bound) gives a `policy_key` that does not, so its hybrid policy is
         cached (see `hybrid_policy`); a filter that is a scope alone says so (`scoped`), so
         that its size is read from the tallies."""
+        search = self.knn_search(ns, vector, where, k, policy_key, scoped)
+        return decode_docs(ns, await self.search(ns, search.build, ended_by=ended_by), Candidate)
+
+    def knn_search(
+        self,
+        ns: str,
+        vector: np.ndarray,
+        where: FilterExpression,
+        k: int,
+        policy_key: str | None = None,
+        scoped: Scoped | None = None,
+    ) -> Search:
+        """`knn`'s query, to send with others (`run`); its page decodes as `Candidate`s."""
 
         async def query(space: Namespace) -> VectorQuery:
             # A pooled namespace is small: scanning its own vectors is exact and fastest.
@@ -124,7 +138,7 @@ class Queries:
                 hybrid_policy=policy,
             )
 
-        return decode_docs(ns, await self.search(ns, query, ended_by=ended_by), Candidate)
+        return Search(query)
 
     async def hybrid_policy(
         self,
@@ -330,50 +344,100 @@ class Queries:
     ) -> Found:
         """Run a redisvl (or redis-py) query, built for the namespace's index, as a raw
         FT.SEARCH (redis-py's own result objects cost more to build than the query takes in
-        Redis), in one round trip: after flagging the memories whose validity ended by
-        `ended_by` (a current read's time, `Validity`), and, in a pool, with the tier read
-        right after it (see `on_index`)."""
+        Redis), in one round trip (`run`)."""
+        (found,), _ = await self.run(ns, [Search(build, with_scores)], ended_by)
+        return found
+
+    async def run(
+        self,
+        ns: str,
+        searches: Sequence[Search],
+        ended_by: int | None = None,
+        also: Sequence[Queued[Any]] = (),
+    ) -> tuple[list[Found], list[Any]]:
+        """FT.SEARCHes on the namespace's index and other rooms' commands (`also`), in one
+        round trip: after flagging the memories whose validity ended by `ended_by` (a
+        current read's time, `Validity`), and, in a pool, with the tier read after them.
+        Each search's page, and each of `also` read. If the index vanished (dropped or
+        flushed), it is set up again and all is sent again; likewise when the namespace
+        was promoted out of its pool (or lost) meanwhile: its tier, read after the queries,
+        is then no longer its pool number, and they may have missed memories that had left
+        the pool."""
         space = await self._indexes.get(ns)
         for attempt in range(3):
             async with self._guard():
                 try:
-                    # Building may ask the index too (a word's forms: `Text`).
-                    query = await build(space)
-                    args: list[Any] = list(query.get_args())
-                    if params := getattr(query, "params", None):
-                        args += ["PARAMS", 2 * len(params)]
-                        for key, value in params.items():
-                            args += [key, value]
-                    search = ["FT.SEARCH", space.index.name, *args]
-                    found, tier = await self._send(ns, space, search, ended_by)
+                    commands = [await self._command(space, s) for s in searches]
+                    replies, tier = await self._send(ns, space, commands, ended_by, also)
                 except (redis.exceptions.ResponseError, RedisSearchError) as exc:
                     if not is_missing_index(exc) or is_connection_error(exc) or attempt == 2:
                         raise
                 else:
-                    if space.pool is None or (tier is not None and text(tier) == str(space.pool)):
-                        return parse_search(found, with_scores)
+                    if space.pool is None or not searches or text(tier or "") == str(space.pool):
+                        break
             self._indexes.forget(ns)
             space = await self._indexes.get(ns)
-        return parse_search(found, with_scores)  # a namespace is promoted only once
+        found = [
+            parse_search(raw, s.with_scores)
+            for raw, s in zip(replies[: len(searches)], searches, strict=True)
+        ]
+        read, at = [], len(searches)
+        for queued in also:
+            n = len(queued.commands)
+            read.append(queued.parse(replies[at : at + n]))
+            at += n
+        return found, read
+
+    async def _command(self, space: Namespace, search: Search) -> list[Any]:
+        query = await search.build(space)
+        args: list[Any] = list(query.get_args())
+        if params := getattr(query, "params", None):
+            args += ["PARAMS", 2 * len(params)]
+            for key, value in params.items():
+                args += [key, value]
+        return ["FT.SEARCH", space.index.name, *args]
 
     async def _send(
-        self, ns: str, space: Namespace, command: list[Any], ended_by: int | None
-    ) -> tuple[Any, Any]:
-        """`command`'s reply, and the namespace's tier when it is pooled, in one round trip
-        (a pipeline, when there is more than the command to send)."""
-        if ended_by is None and space.pool is None:
-            return await self.client.execute_command(*command), None
+        self,
+        ns: str,
+        space: Namespace,
+        commands: list[list[Any]],
+        ended_by: int | None,
+        also: Sequence[Queued[Any]],
+    ) -> tuple[list[Any], Any]:
+        """The replies to `commands` and `also`'s, and the namespace's tier when it is
+        pooled, in one round trip (a pipeline, when there is more than one command)."""
+        try:
+            return await self._send_once(ns, space, commands, ended_by, also)
+        except redis.exceptions.NoScriptError:
+            # Redis lost its scripts (a restart, a failover): load them, then send again.
+            await self._validity.load_scripts()
+            for source in {src for queued in also for src in queued.scripts}:
+                await self.client.script_load(source)
+            return await self._send_once(ns, space, commands, ended_by, also)
+
+    async def _send_once(
+        self,
+        ns: str,
+        space: Namespace,
+        commands: list[list[Any]],
+        ended_by: int | None,
+        also: Sequence[Queued[Any]],
+    ) -> tuple[list[Any], Any]:
+        extra = [c for queued in also for c in queued.commands]
+        # Only a query of the index can miss memories that left the pool meanwhile.
+        pooled = space.pool is not None and bool(commands)
+        if ended_by is None and not pooled and len(commands) + len(extra) == 1:
+            return [await self.client.execute_command(*[*commands, *extra][0])], None
         pipe = self.client.pipeline(transaction=False)
         if ended_by is not None:
             self._validity.end_in(pipe, ns, ended_by)
-        pipe.execute_command(*command)
-        if space.pool is not None:
+        for command in [*commands, *extra]:
+            pipe.execute_command(*command)
+        if pooled:
             pipe.get(tier_key(ns))
-        try:
-            out = await pipe.execute()
-        except redis.exceptions.NoScriptError:
-            # Redis lost its scripts (a restart): load them, then send it all again.
-            await self._validity.load_scripts()
-            return await self._send(ns, space, command, ended_by)
+        out = await pipe.execute()
         out = out[1:] if ended_by is not None else out
-        return out[0], (out[1] if space.pool is not None else None)
+        if pooled:
+            return out[:-1], out[-1]
+        return out, None

@@ -20,6 +20,7 @@ from handlers.store.resp import text
 from handlers.store.schema import VECTOR_FIELD
 from handlers.store.tallies import tally_prefix
 from handlers.store.tallies.scripts import TALLY
+from handlers.store.trip import Queued, evalsha
 
 # v3 idleness: push the expiry of a memory with `idle_ttl_s` to that long after now (never
 # past `ttl_until`) on every key it has, and in the tallies' expiry set; its indexed
@@ -116,6 +117,31 @@ def fetch_args(ns: str, now_ms: int, flag: str) -> list[Any]:
     return [now_ms, flag, keys.history_prefix(ns), keys.dedup_prefix(ns), tally_prefix(ns)]
 
 
+def _fetched(rows: list[Any]) -> list[Fetched | None]:
+    found: list[Fetched | None] = []
+    for row in rows:
+        if not row:
+            found.append(None)
+            continue
+        *values, count, last = row
+        found.append(
+            Fetched(
+                record_of(RECORD_FIELDS, values),
+                access_count=int(count) if count else 0,
+                last_accessed_ms=int(last) if last else None,
+            )
+        )
+    return found
+
+
+def _vectors(ids: list[str], blobs: list[Any]) -> dict[str, np.ndarray]:
+    return {
+        mid: np.frombuffer(blob, dtype=np.float32)
+        for mid, blob in zip(ids, blobs, strict=True)
+        if blob
+    }
+
+
 class Reads:
     def __init__(
         self,
@@ -162,20 +188,23 @@ class Reads:
                 keys=keys.memory_keys(ns, ids),
                 args=[*fetch_args(ns, now_ms, flag), *RECORD_FIELDS],
             )
-        found: list[Fetched | None] = []
-        for row in rows:
-            if not row:
-                found.append(None)
-                continue
-            *values, count, last = row
-            found.append(
-                Fetched(
-                    record_of(RECORD_FIELDS, values),
-                    access_count=int(count) if count else 0,
-                    last_accessed_ms=int(last) if last else None,
-                )
-            )
-        return found
+        return _fetched(rows)
+
+    def fetch_queued(self, ns: str, ids: list[str], now_ms: int) -> Queued[list[Fetched | None]]:
+        """`fetch` without counting an access, to send with other work (`trip`)."""
+        if not ids:
+            return Queued([], lambda _: [])
+        args = [*fetch_args(ns, now_ms, "0"), *RECORD_FIELDS]
+        command = evalsha(self._fetch.sha, keys.memory_keys(ns, ids), args)
+        return Queued([command], lambda out: _fetched(out[0]), (FETCH_LUA,))
+
+    def vectors_queued(self, ns: str, ids: list[str]) -> Queued[dict[str, np.ndarray]]:
+        """`vectors`, to send with other work (`trip`)."""
+        if not ids:
+            return Queued([], lambda _: {})
+        record_keys = [keys.record_key(ns, mid) for mid in ids]
+        command = evalsha(self._field.sha, record_keys, [VECTOR_FIELD])
+        return Queued([command], lambda out: _vectors(ids, out[0]), (FIELD_LUA,))
 
     def touch_later(self, ns: str, ids: list[str], now_ms: int) -> None:
         """Count an access to each live memory, after the reply: access counters are
@@ -236,8 +265,4 @@ class Reads:
             raw = await self._field(
                 keys=[keys.record_key(ns, mid) for mid in ids], args=[VECTOR_FIELD]
             )
-        return {
-            mid: np.frombuffer(blob, dtype=np.float32)
-            for mid, blob in zip(ids, raw, strict=True)
-            if blob
-        }
+        return _vectors(ids, raw)

@@ -20,8 +20,9 @@ from handlers.store.filters import CURRENT
 from handlers.store.indexes import Namespace
 from handlers.store.queries import Queries, decode_docs
 from handlers.store.record import CANDIDATE_FIELDS, Candidate, Record
-from handlers.store.resp import text
+from handlers.store.resp import Found, text
 from handlers.store.schema import TEXT_FIELDS
+from handlers.store.trip import Search
 
 # Terms a full-text query carries at most: each is a clause of its own (see `text_match`).
 MAX_TEXT_TERMS = 32
@@ -161,6 +162,11 @@ def _bm25(space: Namespace, forms: list[str], where: FilterExpression, current: 
     return q.verbatim().scorer("BM25STD").with_scores().dialect(2)
 
 
+def scores_of(ns: str, found: Found) -> dict[str, float]:
+    """The BM25 by memory id of a `Text.scores_search` page."""
+    return {keys.id_of(ns, key): float(f["__score"]) for key, f in found.docs}
+
+
 class Text:
     def __init__(
         self,
@@ -265,12 +271,26 @@ class Text:
         holding the word itself, `word_forms`): at 100k memories a third less Redis time,
         and the source memory in the top 10 as often (0.782 against 0.776, 910 queries)."""
 
+        search = self.text_search(terms, where, k, current, finding)
+        found = await self._queries.search(ns, search.build, True, ended_by)
+        return decode_docs(ns, found, Candidate)
+
+    def text_search(
+        self,
+        terms: list[str],
+        where: FilterExpression,
+        k: int,
+        current: bool = False,
+        finding: bool = False,
+    ) -> Search:
+        """`text`'s query, to send with others (`Queries.run`); its page decodes as
+        `Candidate`s."""
+
         async def query(space: Namespace) -> Query:
             q = _bm25(space, await self._word_forms(space, terms, finding), where, current)
             return q.return_fields(*CANDIDATE_FIELDS).paging(0, k)
 
-        found = await self._queries.search(ns, query, with_scores=True, ended_by=ended_by)
-        return decode_docs(ns, found, Candidate)
+        return Search(query, with_scores=True)
 
     async def text_scores(
         self,
@@ -287,13 +307,20 @@ class Text:
         and checking it in each word's clause was two thirds of this query's time (1.17
         against 0.43 ms of Redis at 100k, the same scores for 200 of 200 searches)."""
 
+        search = self.scores_search(ns, terms, among, current)
+        return scores_of(ns, await self._queries.search(ns, search.build, True))
+
+    def scores_search(
+        self, ns: str, terms: list[str], among: list[str], current: bool = False
+    ) -> Search:
+        """`text_scores`' query, to send with others (`Queries.run`; read by `scores_of`)."""
+
         async def query(space: Namespace) -> Query:
             q = _bm25(space, await self._word_forms(space, terms), MATCH_ALL, current)
             q = q.limit_ids(*(keys.record_key(ns, mid) for mid in among))
             return q.no_content().paging(0, len(among))
 
-        found = await self._queries.search(ns, query, with_scores=True)
-        return {keys.id_of(ns, key): float(f["__score"]) for key, f in found.docs}
+        return Search(query, with_scores=True)
 
     async def _word_forms(
         self, space: Namespace, terms: list[str], first: bool = False
@@ -303,15 +330,11 @@ class Text:
         missing = [t for t in dict.fromkeys(terms) if t not in self._forms]
         if missing:
             name = space.index.name
+            pipe = self.client.pipeline(transaction=False)
+            for t in missing:
+                pipe.execute_command("FT.EXPLAIN", name, f"@{TEXT_FIELDS[0]}:{t}", "DIALECT", 2)
             async with self._guard():
-                explained = await asyncio.gather(
-                    *(
-                        self.client.execute_command(
-                            "FT.EXPLAIN", name, f"@{TEXT_FIELDS[0]}:{t}", "DIALECT", 2
-                        )
-                        for t in missing
-                    )
-                )
+                explained = await pipe.execute()
             if len(self._forms) > FORMS_KEPT:
                 self._forms.clear()
             for t, out in zip(missing, explained, strict=True):

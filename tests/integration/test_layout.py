@@ -26,8 +26,11 @@ from contracts import (
     SearchRequest,
 )
 from contracts.messages import CreateWorkspaceRequest, LoadWorkspaceRequest
-from handlers import ops as operations
 from handlers.embed import HashEmbedder
+from handlers.ops import history as history_ops
+from handlers.ops import reads, writes
+from handlers.ops import recall as recall_ops
+from handlers.ops import search as search_ops
 from handlers.ops.deps import Deps
 from handlers.ops.workspaces import create_workspace, load_workspace
 from handlers.store import keys, layout
@@ -87,19 +90,19 @@ async def _reads(deps: Deps, ns: str, ids: list[str], gone: str) -> dict[str, An
     """Everything a reader sees of the namespace, as plain data."""
     out: dict[str, Any] = {}
     for mode in ("text", "vector", "hybrid"):
-        found = await operations.search(
+        found = await search_ops.search(
             ns, SearchRequest(query="deploy window friday", mode=mode, limit=10), deps
         )
         # The same memories; not necessarily in the same order: renamed keys are indexed
         # again, and BM25 counts the replaced entries until the index's GC runs.
         out[f"search-{mode}"] = sorted(r.id for r in found.results)
-    out["list"] = [m.id for m in (await operations.list_(ns, ListRequest(limit=50), deps)).memories]
-    got = await operations.get(ns, GetRequest(ids=ids), deps)
+    out["list"] = [m.id for m in (await reads.list_(ns, ListRequest(limit=50), deps)).memories]
+    got = await reads.get(ns, GetRequest(ids=ids), deps)
     out["get"] = sorted((m.id, m.content, m.expires_at) for m in got.memories)
-    described = await operations.describe(ns, DescribeRequest(), deps)
+    described = await reads.describe(ns, DescribeRequest(), deps)
     out["describe"] = msgspec.to_builtins(described)
     out["history"] = msgspec.to_builtins(
-        await operations.history(ns, HistoryRequest(id=gone), deps)
+        await history_ops.history(ns, HistoryRequest(id=gone), deps)
     )
     ws = await load_workspace(ns, LoadWorkspaceRequest(name="site"), deps)
     out["workspace"] = ws.data.purpose
@@ -116,7 +119,7 @@ async def _fill(deps: Deps, ns: str) -> tuple[list[str], str]:
             "friday releases were moved to thursday",
         ]
     ):
-        reply = await operations.add(
+        reply = await writes.add(
             ns,
             AddRequest(
                 type="knowledge",
@@ -128,14 +131,14 @@ async def _fill(deps: Deps, ns: str) -> tuple[list[str], str]:
             deps,
         )
         ids.append(reply.id)
-    newer = await operations.add(
+    newer = await writes.add(
         ns,
         AddRequest(type="knowledge", content="the deploy window is monday", supersedes=[ids[0]]),
         deps,
     )
     ids.append(newer.id)
-    gone = (await operations.add(ns, AddRequest(type="context", content="scratch"), deps)).id
-    await operations.delete(ns, DeleteRequest(ids=[gone]), deps)
+    gone = (await writes.add(ns, AddRequest(type="context", content="scratch"), deps)).id
+    await writes.delete(ns, DeleteRequest(ids=[gone]), deps)
     await create_workspace(
         ns,
         CreateWorkspaceRequest(
@@ -143,7 +146,7 @@ async def _fill(deps: Deps, ns: str) -> tuple[list[str], str]:
         ),
         deps,
     )
-    await operations.recall(ns, RecallRequest(message="deploy", session_id="s-1"), deps)
+    await recall_ops.recall(ns, RecallRequest(message="deploy", session_id="s-1"), deps)
     await deps.store.settle()
     return ids, gone
 
@@ -178,8 +181,8 @@ async def test_data_of_the_old_layout_reads_the_same_after_the_migration(
 
     assert await _reads(after, ns, ids, gone) == expected
     # And it takes writes as before.
-    late = await operations.add(ns, AddRequest(type="knowledge", content="deploy freeze"), after)
-    found = await operations.search(ns, SearchRequest(query="freeze", mode="text"), after)
+    late = await writes.add(ns, AddRequest(type="knowledge", content="deploy freeze"), after)
+    found = await search_ops.search(ns, SearchRequest(query="freeze", mode="text"), after)
     assert [r.id for r in found.results] == [late.id]
 
 

@@ -27,8 +27,10 @@ from contracts import (
     TimelineRequest,
 )
 from contracts.messages import ExportRequest, ImportedMemory, ImportRequest
-from handlers import ops as operations
 from handlers.embed import HashEmbedder
+from handlers.ops import coop, reads, transfer, writes
+from handlers.ops import recall as recall_ops
+from handlers.ops import search as search_ops
 from handlers.ops.deps import Deps
 from handlers.store import keys
 from handlers.store.keys import POOL_NAMESPACES
@@ -53,7 +55,7 @@ async def _tier(deps: Deps, ns: str) -> str:
 
 
 async def _add(deps: Deps, ns: str, content: str, **kw) -> str:
-    reply = await operations.add(ns, AddRequest(type="knowledge", content=content, **kw), deps)
+    reply = await writes.add(ns, AddRequest(type="knowledge", content=content, **kw), deps)
     await deps.store.settle()  # promotions run after the reply
     return reply.id
 
@@ -71,26 +73,26 @@ async def _everything(deps: Deps, ns: str, anchor: str) -> dict[str, object]:
     """What each read of the namespace shows: ids and counts, by operation."""
     out: dict[str, object] = {}
     for mode in ("vector", "text", "hybrid"):
-        reply = await operations.search(
+        reply = await search_ops.search(
             ns, SearchRequest(query="shared words", mode=mode, limit=50, scope="both"), deps
         )
         out[mode] = sorted(r.id for r in reply.results)
-    listed = await operations.list_(ns, ListRequest(limit=100, workflow_id="wf-1"), deps)
+    listed = await reads.list_(ns, ListRequest(limit=100, workflow_id="wf-1"), deps)
     out["list"] = sorted(m.id for m in listed.memories)
     out["list_total"] = listed.total
-    described = await operations.describe(ns, DescribeRequest(workflow_id="wf-1"), deps)
+    described = await reads.describe(ns, DescribeRequest(workflow_id="wf-1"), deps)
     out["describe"] = (described.total, described.by_type, described.tags)
-    recalled = await operations.recall(
+    recalled = await recall_ops.recall(
         ns,
         RecallRequest(message="shared words", session_id=uuid.uuid4().hex, workflow_id="wf-1"),
         deps,
     )
     out["recall"] = sorted(m.id for m in recalled.results)
-    timeline = await operations.timeline(
+    timeline = await coop.timeline(
         ns, TimelineRequest(anchor=anchor, before=20, after=20, workflow_id="wf-1"), deps
     )
     out["timeline"] = sorted(m.id for m in timeline.memories)
-    people = await operations.people(ns, PeopleRequest(workflow_id="wf-1"), deps)
+    people = await coop.people(ns, PeopleRequest(workflow_id="wf-1"), deps)
     out["people"] = sorted(p.name for p in people.people)
     return out
 
@@ -126,7 +128,7 @@ async def test_namespaces_sharing_a_pool_never_see_each_others_memories(in_proce
         assert seen["describe"] == (len(ids), {"knowledge": len(ids)}, [tag])
         assert seen["people"] == [person]
     # A memory's id is no key into another namespace.
-    got = await operations.get(a, GetRequest(ids=theirs[:2]), deps)
+    got = await reads.get(a, GetRequest(ids=theirs[:2]), deps)
     assert got.memories == [] and sorted(got.missing) == sorted(theirs[:2])
 
 
@@ -154,7 +156,7 @@ async def test_a_namespace_that_outgrows_the_pool_gets_its_own_index(in_process)
     # New memories go to the namespace's own index only.
     late = await _add(deps, ns, "shared words note 10", workflow_id="wf-1")
     assert not await deps.store.client.hexists(keys.record_key(ns, late), POOL_FIELD)
-    listed = await operations.list_(ns, ListRequest(limit=100), deps)
+    listed = await reads.list_(ns, ListRequest(limit=100), deps)
     assert listed.total == 11
 
 
@@ -165,19 +167,19 @@ async def test_an_import_that_outgrows_the_pool_promotes_the_namespace(in_proces
     exported: dict[str, Any] = {}
     cursor: str | None = "0"
     while cursor is not None:
-        page = await operations.export(ns, ExportRequest(cursor=cursor), source)
+        page = await transfer.export(ns, ExportRequest(cursor=cursor), source)
         exported.update({m.id: m for m in page.memories})
         cursor = page.cursor
     as_sent = msgspec.json.encode(list(exported.values()))
     memories = msgspec.json.decode(as_sent, type=list[ImportedMemory])
 
     deps, target = _deps(in_process, pool_max=10), _ns()
-    reply = await operations.import_(target, ImportRequest(memories=memories), deps)
+    reply = await transfer.import_(target, ImportRequest(memories=memories), deps)
     await deps.store.settle()  # promotions run after the reply
 
     assert len(reply.created) == 40
     assert await _tier(deps, target) == OWN_INDEX
-    listed = await operations.list_(target, ListRequest(limit=100), deps)
+    listed = await reads.list_(target, ListRequest(limit=100), deps)
     assert sorted(m.id for m in listed.memories) == sorted(exported)
 
 
@@ -194,21 +196,21 @@ async def test_a_handler_that_missed_the_promotion_reads_and_writes_the_right_in
     promoter, stale, ns = _deps(in_process, pool_max=5), _deps(in_process, pool_max=5), _ns()
     ids = [await _add(promoter, ns, f"shared words {i}") for i in range(4)]
     # The other handler has the namespace cached as pooled.
-    first = await operations.search(ns, SearchRequest(query="shared words", limit=50), stale)
+    first = await search_ops.search(ns, SearchRequest(query="shared words", limit=50), stale)
     assert len(first.results) == 4
 
     assert await promoter.store.promotions.promote(ns)
     assert await _in_pool_after_promotion(promoter, ns) == 0
 
     # Its next reads find the pool empty of the namespace, see the tier moved, and retry.
-    hits = await operations.search(ns, SearchRequest(query="shared words", limit=50), stale)
+    hits = await search_ops.search(ns, SearchRequest(query="shared words", limit=50), stale)
     assert sorted(h.id for h in hits.results) == sorted(ids)
-    listed = await operations.list_(ns, ListRequest(limit=50), stale)
+    listed = await reads.list_(ns, ListRequest(limit=50), stale)
     assert listed.total == 4
     # Its writes read the tier in the write script itself.
     late = await _add(stale, ns, "written by the stale handler")
     assert not await stale.store.client.hexists(keys.record_key(ns, late), POOL_FIELD)
-    listed = await operations.list_(ns, ListRequest(limit=50), promoter)
+    listed = await reads.list_(ns, ListRequest(limit=50), promoter)
     assert listed.total == 5
 
 
@@ -229,11 +231,11 @@ async def test_memories_written_during_a_promotion_are_all_kept(in_process) -> N
     promoted, written = await asyncio.gather(promote(), write())
 
     assert promoted
-    listed = await operations.list_(ns, ListRequest(limit=100), deps)
+    listed = await reads.list_(ns, ListRequest(limit=100), deps)
     assert listed.total == 60
     assert set(written) <= {m.id for m in listed.memories}
     assert await _in_pool_after_promotion(deps, ns) == 0
-    hits = await operations.search(ns, SearchRequest(query="during", mode="text", limit=60), deps)
+    hits = await search_ops.search(ns, SearchRequest(query="during", mode="text", limit=60), deps)
     assert sorted(h.id for h in hits.results) == sorted(written)
 
 
@@ -255,8 +257,8 @@ async def test_a_reader_during_a_promotion_sees_every_memory(in_process) -> None
 
     async def read() -> None:
         while not done.is_set():
-            listed = await operations.list_(ns, ListRequest(limit=100, tags=[]), reader)
-            found = await operations.search(
+            listed = await reads.list_(ns, ListRequest(limit=100, tags=[]), reader)
+            found = await search_ops.search(
                 ns, SearchRequest(query="kept move", mode="text", limit=50), reader
             )
             seen.extend((listed.total, len(found.results)))
@@ -294,7 +296,7 @@ async def test_pool_max_zero_gives_every_namespace_its_own_index(in_process) -> 
 
     assert await _tier(deps, ns) == OWN_INDEX
     assert not await deps.store.client.hexists(keys.record_key(ns, mid), POOL_FIELD)
-    hits = await operations.search(ns, SearchRequest(query="on its own"), deps)
+    hits = await search_ops.search(ns, SearchRequest(query="on its own"), deps)
     assert [h.id for h in hits.results] == [mid]
 
 
@@ -308,7 +310,7 @@ async def test_a_new_namespace_first_used_by_two_handlers_at_once_is_pooled(in_p
     tiers = [await _tier(first, ns) for ns in spaces]
     assert OWN_INDEX not in tiers, tiers
     for ns in spaces:
-        listed = await operations.list_(ns, ListRequest(limit=10), second)
+        listed = await reads.list_(ns, ListRequest(limit=10), second)
         assert listed.total == 2
 
 
@@ -318,13 +320,13 @@ async def test_a_namespace_from_before_pools_keeps_its_own_index(in_process) -> 
     await old.store.client.delete(tier_key(ns))  # older versions kept no tier
 
     new = _deps(in_process)
-    hits = await operations.search(ns, SearchRequest(query="older version"), new)
+    hits = await search_ops.search(ns, SearchRequest(query="older version"), new)
     later = await _add(new, ns, "written after the upgrade")
 
     assert [h.id for h in hits.results] == [mid]
     assert await _tier(new, ns) == OWN_INDEX
     assert not await new.store.client.hexists(keys.record_key(ns, later), POOL_FIELD)
-    listed = await operations.list_(ns, ListRequest(limit=10), new)
+    listed = await reads.list_(ns, ListRequest(limit=10), new)
     assert listed.total == 2
 
 
@@ -337,7 +339,7 @@ async def test_a_namespace_redis_lost_is_set_up_again_by_its_next_write(in_proce
     mid = await _add(deps, ns, "after the loss")
 
     assert int(await _tier(deps, ns)) % 65536 == 384
-    hits = await operations.search(ns, SearchRequest(query="after the loss", mode="text"), deps)
+    hits = await search_ops.search(ns, SearchRequest(query="after the loss", mode="text"), deps)
     assert mid in [h.id for h in hits.results]
 
 
@@ -349,8 +351,8 @@ async def test_namespaces_of_different_dimensions_get_different_pools(in_process
 
     assert int(await _tier(small, a)) % 65536 == 16
     assert int(await _tier(big, b)) % 65536 == 384
-    hits_a = await operations.search(a, SearchRequest(query="dimensions", mode="vector"), small)
-    hits_b = await operations.search(b, SearchRequest(query="dimensions", mode="vector"), big)
+    hits_a = await search_ops.search(a, SearchRequest(query="dimensions", mode="vector"), small)
+    hits_b = await search_ops.search(b, SearchRequest(query="dimensions", mode="vector"), big)
     assert [h.id for h in hits_a.results] == [in_a]
     assert [h.id for h in hits_b.results] == [in_b]
 
@@ -377,7 +379,7 @@ async def test_similar_namespace_names_stay_apart_in_a_pool(in_process, name: st
     await _add(deps, other, "same words everywhere")
 
     for mode in ("vector", "text", "hybrid"):
-        hits = await operations.search(ns, SearchRequest(query="same words", mode=mode), deps)
+        hits = await search_ops.search(ns, SearchRequest(query="same words", mode=mode), deps)
         assert [h.id for h in hits.results] == [mine], mode
 
 
@@ -387,8 +389,8 @@ async def test_a_dropped_pool_index_is_created_again_on_the_next_query(in_proces
     pool = int(await _tier(deps, ns))
     await deps.store.client.execute_command("FT.DROPINDEX", pool_index_name(pool))
 
-    hits = await operations.search(ns, SearchRequest(query="pool index drop", mode="text"), deps)
-    described = await operations.describe(ns, DescribeRequest(), deps)
+    hits = await search_ops.search(ns, SearchRequest(query="pool index drop", mode="text"), deps)
+    described = await reads.describe(ns, DescribeRequest(), deps)
 
     assert [h.id for h in hits.results] == [mid]
     assert described.total == 1
@@ -413,7 +415,7 @@ async def test_a_pool_index_holds_at_most_its_share_of_namespaces(in_process) ->
         rows = raw[b"results"] if isinstance(raw, dict) else raw[1:]
         assert 0 < len(rows) <= POOL_NAMESPACES
     for i, ns in enumerate(spaces):  # each still finds its own memory only
-        hits = await operations.search(ns, SearchRequest(query="crowded pool", mode="text"), deps)
+        hits = await search_ops.search(ns, SearchRequest(query="crowded pool", mode="text"), deps)
         assert [h.content for h in hits.results] == [f"note {i} of a crowded pool"]
 
 
@@ -442,7 +444,7 @@ async def test_identical_memories_score_alike_in_a_pool_as_in_an_own_index(in_pr
             assert pool_index_name(int(await _tier(deps, ns))) == pool_index_name(
                 int(await _tier(deps, neighbour))
             )
-        hits = await operations.search(
+        hits = await search_ops.search(
             ns, SearchRequest(query="migration plan", mode="text", limit=10), deps
         )
         got = {h.id: h.text_score for h in hits.results}
@@ -475,14 +477,14 @@ async def test_identical_memories_score_alike_whatever_the_pool_holds_before_the
         await _add(deps, neighbour, f"schema migration step {i}", dedup="none", **kw)
     for i in range(20):
         await _add(deps, ns, f"general filler note {i}")
-    in_wf = await operations.add(
+    in_wf = await writes.add(
         ns,
         AddRequest(type="context", content="pelican migration notes", workflow_id="wf_123"),
         deps,
     )
     general = await _add(deps, ns, "pelican migration notes")
 
-    hits = await operations.search(
+    hits = await search_ops.search(
         ns,
         SearchRequest(query="pelican migration", mode="text", workflow_id="wf_123", limit=5),
         deps,
@@ -518,7 +520,7 @@ async def test_a_promoted_namespace_scores_as_one_with_its_own_index_from_the_st
         for text in texts:
             await _add(deps, ns, text, dedup="none")
         assert await _tier(deps, ns) == OWN_INDEX
-        hits = await operations.search(
+        hits = await search_ops.search(
             ns, SearchRequest(query="alpha beta", mode="text", limit=20), deps
         )
         found[pool_max] = [(h.content, round(h.text_score, 9)) for h in hits.results]

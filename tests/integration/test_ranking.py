@@ -16,6 +16,8 @@ from bus import AgentMemory
 from contracts import AddRequest, SearchRequest
 from handlers import ops as operations
 from handlers.embed import HashEmbedder
+from handlers.ops import search as search_ops
+from handlers.ops import writes
 from handlers.ops.ranking import DAY_MS
 from handlers.store import keys
 from handlers.store.placement import index_name
@@ -56,11 +58,11 @@ async def test_newer_memory_outranks_an_older_equal_one(
 ) -> None:
     deps, clock = direct
     req = AddRequest(type="knowledge", content="quarterly report", dedup="none")
-    old = await operations.add(ns, req, deps)
+    old = await writes.add(ns, req, deps)
     clock.now = T0 + 15 * DAY_MS
-    new = await operations.add(ns, req, deps)
+    new = await writes.add(ns, req, deps)
 
-    reply = await operations.search(
+    reply = await search_ops.search(
         ns, SearchRequest(query="quarterly report", mode="vector"), deps
     )
 
@@ -74,11 +76,11 @@ async def test_recency_reaches_zero_after_thirty_days(
     direct: tuple[operations.Deps, Clock], ns: str
 ) -> None:
     deps, clock = direct
-    await operations.add(ns, AddRequest(type="knowledge", content="ancient note"), deps)
+    await writes.add(ns, AddRequest(type="knowledge", content="ancient note"), deps)
     clock.now = T0 + 45 * DAY_MS
 
     query = SearchRequest(query="ancient note", mode="vector")
-    [hit] = (await operations.search(ns, query, deps)).results
+    [hit] = (await search_ops.search(ns, query, deps)).results
 
     assert hit.score == pytest.approx(0.7 * hit.similarity + 0.15 * 0.6, abs=1e-4)
 
@@ -90,12 +92,12 @@ async def test_overfetch_lets_importance_lift_a_less_similar_memory(
     # Many slightly-closer, unimportant memories, and one important memory a bit further away.
     for i in range(30):
         req = AddRequest(type="observation", content=f"alpha beta gamma n{i}", importance=0.0)
-        await operations.add(ns, req, deps)
+        await writes.add(ns, req, deps)
     key = AddRequest(type="identity", content="alpha beta gamma delta epsilon", importance=1.0)
-    important = await operations.add(ns, key, deps)
+    important = await writes.add(ns, key, deps)
 
     query = SearchRequest(query="alpha beta gamma", limit=1, mode="vector")
-    reply = await operations.search(ns, query, deps)
+    reply = await search_ops.search(ns, query, deps)
 
     assert reply.results[0].id == important.id
 
@@ -126,7 +128,7 @@ async def test_an_index_from_an_older_schema_gains_the_missing_fields(
         },
     )
 
-    reply = await operations.search(ns, SearchRequest(query="vintage", mode="text"), deps)
+    reply = await search_ops.search(ns, SearchRequest(query="vintage", mode="text"), deps)
 
     assert [r.id for r in reply.results] == ["01LEGACY"]
     info = await client.execute_command("FT.INFO", index_name(ns))

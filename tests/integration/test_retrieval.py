@@ -470,18 +470,18 @@ async def test_common_words_are_scored_among_the_candidates_with_the_same_scores
 
     room = in_process.deps.store.text
     asked: list[tuple[list[str], bool]] = []
-    text, text_scores = room.text, room.text_scores
+    text_search, scores_search = room.text_search, room.scores_search
 
-    async def across(ns_: str, terms: list[str], *args: Any, **kw: Any) -> Any:
+    def across(terms: list[str], *args: Any, **kw: Any) -> Any:
         asked.append((list(terms), False))
-        return await text(ns_, terms, *args, **kw)
+        return text_search(terms, *args, **kw)
 
-    async def among(ns_: str, terms: list[str], *args: Any, **kw: Any) -> Any:
+    def among(ns_: str, terms: list[str], *args: Any, **kw: Any) -> Any:
         asked.append((list(terms), True))
-        return await text_scores(ns_, terms, *args, **kw)
+        return scores_search(ns_, terms, *args, **kw)
 
-    monkeypatch.setattr(room, "text", across)
-    monkeypatch.setattr(room, "text_scores", among)
+    monkeypatch.setattr(room, "text_search", across)
+    monkeypatch.setattr(room, "scores_search", among)
     hits = (await mem.search("zanzibar ledger", limit=10)).results
     assert asked == [(["zanzibar"], False), (["zanzibar", "ledger"], True)]
     assert hits[0].id == rare.id
