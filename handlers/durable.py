@@ -27,8 +27,8 @@ from nats.js import JetStreamContext, api
 from nats.js.errors import BadRequestError, NotFoundError, ServiceUnavailableError
 from redis.exceptions import RedisError
 
-from contracts.messages import RejectedEvent
-from contracts.operations import DURABLE_OPERATIONS
+from contracts.messages import RejectedEvent, UpdateRequest
+from contracts.operations import DURABLE_OPERATIONS, REQUEST_TYPES
 from contracts.subjects import (
     DURABLE_CONSUMER,
     DURABLE_PREFIX,
@@ -75,7 +75,7 @@ def stream_replicas(setting: int, servers: int) -> int:
 def stream_config(duplicate_window_s: float, replicas: int = 1) -> api.StreamConfig:
     return api.StreamConfig(
         name=DURABLE_STREAM,
-        description="memory-bus durable writes (add, update, delete, capture)",
+        description=f"memory-bus durable writes ({', '.join(DURABLE_OPERATIONS)})",
         subjects=[f"{DURABLE_PREFIX}.>"],
         # File storage survives a NATS restart; a work queue drops each write once applied.
         storage=api.StorageType.FILE,
@@ -118,9 +118,10 @@ def _lanes(msgs: list[Msg]) -> list[list[Msg]]:
     lanes: dict[object, list[Msg]] = {}
     for i, msg in enumerate(msgs):
         key: object = i
-        if msg.subject.split(".")[2:3] == ["update"]:
+        parts = msg.subject.split(".")  # memq.<ns>.<op>[.<trust>]
+        if len(parts) > 2 and REQUEST_TYPES.get(parts[2]) is UpdateRequest:
             with contextlib.suppress(msgspec.DecodeError, RecursionError):
-                key = (msg.subject.split(".")[1], _target.decode(msg.data).id)
+                key = (parts[1], _target.decode(msg.data).id)
         lanes.setdefault(key, []).append(msg)
     return list(lanes.values())
 

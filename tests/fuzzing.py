@@ -2,14 +2,15 @@
 bench/fuzz.py.
 
 Every request body comes from the operation's contract: `msgspec.json.schema()` of its
-Struct in `contracts.messages.REQUEST_TYPES`, turned into a Hypothesis strategy here
+Struct in `contracts.operations.TABLE`, turned into a Hypothesis strategy here
 (`$ref`/`$defs`, `anyOf`, `enum`, `type`, `pattern`, lengths, bounds and `required` are
 read; no hypothesis-jsonschema: the contracts' patterns are Python regexes, `\\Z` and all).
 A generated input is one of three kinds:
 
-- "valid": a body the schema accepts, with the fields the schema cannot express (an `add`
-  needs `content` or `title`, a `search` a `query` or an `embedding`, ...) usually filled in,
-  and ids, workspace and state names usually taken from a `Pool` of ones that exist. Its free
+- "valid": a body the schema accepts, with what the schema cannot express (an `add` needs
+  `content` or `title`, a `search` a `query` or an `embedding`, ...) usually filled in after
+  the operation's example, and ids, workspace and state names usually taken from a `Pool`
+  of ones that exist. Its free
   text fields (queries, content, tags, people, names) mix ordinary words with hostile strings:
   RediSearch syntax, a lone `_`, NUL and control characters, lone surrogates, direction and
   zero-width marks, emoji, very long tokens, and strings at and just past their limits.
@@ -40,8 +41,8 @@ from hypothesis import strategies as st
 from hypothesis.strategies import SearchStrategy
 
 from contracts import limits
-from contracts.messages import ERROR_CODES, SESSION_ID_PATTERN, TAG_PATTERN
-from contracts.operations import DURABLE_OPERATIONS, REQUEST_TYPES
+from contracts.messages import ERROR_CODES, SESSION_ID_PATTERN, TAG_PATTERN, ImportedMemory
+from contracts.operations import BY_NAME, DURABLE_OPERATIONS, OPERATIONS, REQUEST_TYPES
 from contracts.subjects import (
     DURABLE_PREFIX,
     PREFIX,
@@ -50,12 +51,12 @@ from contracts.subjects import (
     is_valid_namespace,
     request_subject,
 )
-from contracts.types import DEFAULT_TYPES
+from contracts.types import DEFAULT_TYPES, STATE_TYPE
 from handlers.dispatch import dispatch
 from handlers.ops import Deps
 from handlers.ops.deps import DurableWrite
 
-OPS: tuple[str, ...] = tuple(REQUEST_TYPES)
+OPS: tuple[str, ...] = OPERATIONS
 TYPED_CODES = frozenset(code for code in ERROR_CODES if code != "internal")
 KINDS = ("valid", "mutated", "raw")
 
@@ -581,9 +582,12 @@ def datetimes() -> SearchStrategy[str]:
 # --------------------------------------------------------------------------- schemas
 
 
-def field_override(op: str, name: str, pool: Pool) -> SearchStrategy[Any] | None:
+def field_override(
+    op: str, name: str, pool: Pool, owner: dict[str, Any]
+) -> SearchStrategy[Any] | None:
     """A string strategy for a field whose values matter to the handler (ids that exist,
-    known types, names), used for the string branch of its schema. None: the schema's."""
+    known types, names), used for the string branch of its schema. None: the schema's.
+    `owner`: the schema of the object the field is in."""
     ids = st.sampled_from(pool.ids) if pool.ids else st.nothing()
     workspaces = st.sampled_from(pool.workspaces) if pool.workspaces else st.nothing()
     states = st.sampled_from(pool.states) if pool.states else st.nothing()
@@ -593,7 +597,7 @@ def field_override(op: str, name: str, pool: Pool) -> SearchStrategy[Any] | None
     )
     types = st.sampled_from(list(DEFAULT_TYPES))
     odd_types = st.sampled_from(["bogus", "_", "State", "knowledge ", ""])
-    if op == "import" and name in ("id", "superseded_by"):
+    if owner.get("title") == ImportedMemory.__name__ and name in ("id", "superseded_by"):
         # An export file may carry anything: new ids, existing ones, and hostile text.
         return weighted((tokens(r"[0-9A-Z]{26}"), 4), (ids, 1), (any_text(), 1))
     if name in ("id", "anchor", "ids", "supersedes"):
@@ -614,20 +618,21 @@ def field_override(op: str, name: str, pool: Pool) -> SearchStrategy[Any] | None
     if name == "workspace":
         return weighted((workspaces, 4), (name_token, 1))
     if name == "name":
-        if op == "create_state":
-            return weighted((states, 1), (name_token, 3))
-        if op.endswith("_state") or op == "list_states":
-            return weighted((states, 4), (name_token, 1))
-        if op == "create_workspace":
-            return weighted((workspaces, 1), (name_token, 3))
-        return weighted((workspaces, 4), (name_token, 1))
+        # Beside a `workspace`, a name is a state's (of that workspace); else a workspace's.
+        # Mostly one that exists, except for an operation that creates it.
+        known = states if "workspace" in owner.get("properties", {}) else workspaces
+        if op.startswith("create_"):
+            return weighted((known, 1), (name_token, 3))
+        return weighted((known, 4), (name_token, 1))
     if name in ("since", "until", "created_at", "updated_at", "expires_at", "last_accessed_at"):
         return datetimes()
     return None
 
 
-def _string(op: str, name: str, schema: dict[str, Any], pool: Pool) -> SearchStrategy[str]:
-    override = field_override(op, name, pool)
+def _string(
+    op: str, name: str, schema: dict[str, Any], pool: Pool, owner: dict[str, Any]
+) -> SearchStrategy[str]:
+    override = field_override(op, name, pool, owner)
     if override is not None:
         return override
     if "pattern" in schema:
@@ -662,13 +667,20 @@ def _number(schema: dict[str, Any], integer: bool) -> SearchStrategy[Any]:
 
 
 def from_schema(
-    schema: dict[str, Any], defs: dict[str, Any], op: str, pool: Pool, name: str = ""
+    schema: dict[str, Any],
+    defs: dict[str, Any],
+    op: str,
+    pool: Pool,
+    name: str = "",
+    owner: dict[str, Any] | None = None,
 ) -> SearchStrategy[Any]:
-    """A strategy for values of a JSON schema (the subset msgspec writes)."""
+    """A strategy for values of a JSON schema (the subset msgspec writes); `name` is the
+    field the value is for, in the object of schema `owner`."""
+    owner = owner or {}
     if "$ref" in schema:
-        return from_schema(defs[schema["$ref"].rsplit("/", 1)[-1]], defs, op, pool, name)
+        return from_schema(defs[schema["$ref"].rsplit("/", 1)[-1]], defs, op, pool, name, owner)
     if "anyOf" in schema:
-        return st.one_of([from_schema(s, defs, op, pool, name) for s in schema["anyOf"]])
+        return st.one_of([from_schema(s, defs, op, pool, name, owner) for s in schema["anyOf"]])
     if "enum" in schema:
         return st.sampled_from(schema["enum"])
     kind = schema.get("type")
@@ -683,7 +695,7 @@ def from_schema(
     if kind == "number":
         return _number(schema, integer=False)
     if kind == "string":
-        return _string(op, name, schema, pool)
+        return _string(op, name, schema, pool, owner)
     if kind == "array":
         lo, hi = schema.get("minItems", 0), schema.get("maxItems", 8)
         if name == "embedding":
@@ -697,14 +709,14 @@ def from_schema(
             )
             zero = st.just([0.0] * pool.dimension)
             return weighted((vec, 4), (zero, 1), (odd, 1))
-        items = from_schema(schema.get("items", {}), defs, op, pool, name)
+        items = from_schema(schema.get("items", {}), defs, op, pool, name, owner)
         return st.lists(items, min_size=lo, max_size=min(hi, max(lo, 6)))
     if kind == "object":
         props = schema.get("properties")
         if props is None:
             return free_objects(name)
         required = set(schema.get("required", ()))
-        strategies = {k: from_schema(v, defs, op, pool, k) for k, v in props.items()}
+        strategies = {k: from_schema(v, defs, op, pool, k, schema) for k, v in props.items()}
         return st.fixed_dictionaries(
             {k: s for k, s in strategies.items() if k in required},
             optional={k: s for k, s in strategies.items() if k not in required},
@@ -723,51 +735,77 @@ def op_schema(op: str) -> tuple[dict[str, Any], dict[str, Any]]:
 # --------------------------------------------------------------------------- bodies
 
 
+def _refused(op: str, body: dict[str, Any]) -> bool:
+    """Whether the operation's request refuses `body` (the Struct's types and checks)."""
+    try:
+        msgspec.json.decode(encode(body), type=REQUEST_TYPES[op])
+    except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+        return True
+    return False
+
+
+def _given(schema: dict[str, Any]) -> dict[str, Any]:
+    """A field's schema without its null branch: a value that is there."""
+    branches = [b for b in schema.get("anyOf", ()) if b.get("type") != "null"]
+    return {**schema, "anyOf": branches} if branches else schema
+
+
 def _fixups(op: str, pool: Pool) -> Callable[[st.DrawFn, dict[str, Any]], None]:
     """Fill in what the schema cannot say is needed, so most valid bodies get past the
-    Struct's own checks to the operation."""
+    Struct's own checks to the operation. The operation's example (contracts.operations)
+    says what a body needs: a body its request refuses takes, one by one, the example's
+    fields that it lacks (with values drawn from their schema) until it is accepted; if it
+    is still refused, a field the example does without is dropped when that alone makes it
+    accepted (fields that exclude each other: `message` and `messages`). A `type` of state
+    becomes another, unless the example's is a state: only create_state writes one."""
+    example = BY_NAME[op].example
+    top, defs = op_schema(op)
+    fills = {
+        name: from_schema(_given(top["properties"][name]), defs, op, pool, name, top)
+        for name in example
+    }
+    other_types = st.sampled_from(["knowledge", "decision", "fact"])
 
     def fix(draw: st.DrawFn, body: dict[str, Any]) -> None:
-        if op in ("add", "clear_by_type") and body.get("type") == "state":
-            body["type"] = draw(st.sampled_from(["knowledge", "decision", "fact"]))
-        if op == "add" and body.get("content") is None and body.get("title") is None:
-            body["content"] = draw(any_text().filter(bool))
-        if op == "search" and body.get("query") is None and body.get("embedding") is None:
-            body["query"] = draw(any_text().filter(bool))
-        if op == "update" and all(
-            body.get(k) is None for k in ("content", "tags", "importance", "ttl_s")
-        ):
-            body["content"] = draw(any_text().filter(bool))
-        if op == "recall":
-            if body.get("message") is None and not body.get("messages"):
-                body["message"] = draw(any_text().filter(bool))
-            elif body.get("message") is not None and body.get("messages"):
-                del body["messages"]
-        if op == "clear_by_type" and body.get("scope", "workflow") == "workflow":
-            body.setdefault("workflow_id", draw(st.sampled_from(pool.workflow_ids)))
-        if op == "update_workspace" and len(body) == 1:
-            body["description"] = draw(any_text())
-        if op == "import":
-            for memory in body.get("memories") or []:
-                if not isinstance(memory, dict):
-                    continue
-                if draw(st.integers(0, 3)):
-                    # Mostly without a vector, which would need the namespace's dimension.
-                    memory.pop("embedding", None)
-                if draw(st.booleans()):  # a readable time, so the rest is what is tried
-                    memory["created_at"] = draw(st.datetimes()).isoformat() + "Z"
-                for counter in ("access_count", "mention_count"):
-                    if not draw(st.integers(0, 2)):
-                        memory[counter] = draw(st.sampled_from(EDGE_COUNTS))
+        if body.get("type") == STATE_TYPE and example.get("type") != STATE_TYPE:
+            body["type"] = draw(other_types)
+        _tune_memories(draw, body)
+        for name in example:
+            if not _refused(op, body):
+                return
+            if body.get(name) is None:
+                body[name] = draw(fills[name])
+        if not _refused(op, body):
+            return
+        for name in [n for n in body if n not in example]:
+            trial = {k: v for k, v in body.items() if k != name}
+            if not _refused(op, trial):
+                del body[name]
+                return
 
     return fix
+
+
+def _tune_memories(draw: st.DrawFn, body: dict[str, Any]) -> None:
+    """An import's memories (export lines), so that most of them reach past the checks of
+    their own: mostly without a vector (it would need the namespace's dimension), a readable
+    creation time half the time, and counters at the edges now and then."""
+    for memory in body.get("memories") or []:
+        if not isinstance(memory, dict):
+            continue
+        if draw(st.integers(0, 3)):
+            memory.pop("embedding", None)
+        if draw(st.booleans()):  # a readable time, so the rest is what is tried
+            memory["created_at"] = draw(st.datetimes()).isoformat() + "Z"
+        for counter in ("access_count", "mention_count"):
+            if not draw(st.integers(0, 2)):
+                memory[counter] = draw(st.sampled_from(EDGE_COUNTS))
 
 
 def _tame(memory: dict[str, Any], new_id: str) -> None:
     """Keep of a drawn import memory only the fields an import accepts each on its own (the
     contract, then the checks an add makes), over a valid id, type, content and time: what
     is left is accepted, drawn values and all."""
-    from contracts.messages import ImportedMemory
     from handlers.dispatch import nesting_depth
     from handlers.errors import HandlerError
     from handlers.ops.checks import check_content, check_metadata, check_narrative, check_no_nul
@@ -1058,10 +1096,12 @@ def raw_bodies(draw: st.DrawFn, op: str, pool: Pool) -> bytes:
     if shape == "oversized":
         cap = limits.MAX_BODY_BYTES
         body = draw(valid_bodies(op, pool))
-        core = encode({**body, "metadata": {"pad": ""}} if op == "add" else body)
+        # Padded inside `metadata` where the request takes one (a body of fields, not blanks).
+        padded = "metadata" in op_schema(op)[0].get("properties", {})
+        core = encode({**body, "metadata": {"pad": ""}} if padded else body)
         size = draw(st.sampled_from([cap, cap + 1, cap * 2]))
         pad = max(size - len(core), 0)
-        if op == "add":
+        if padded:
             return core.replace(b'"pad":""', b'"pad":"' + b"x" * max(pad, 0) + b'"', 1)[:size]
         return core + b" " * pad
     # shape == "escapes": JSON escapes of odd code points in a field the op reads.

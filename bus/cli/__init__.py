@@ -10,41 +10,31 @@ from __future__ import annotations
 
 import os
 
+import typer
+from typer.main import get_command_name
+
 from bus.cli import live, reads, spaces, transfer, writes
-from bus.cli.base import app, json_text, out, shown
+from bus.cli.base import SENDS, app, json_text, out, shown
 from bus.cli.live import event_line, service_stats
 from bus.cli.transfer import read_export
 
+
+def _commands(typer_app: typer.Typer, prefix: str = "") -> dict[str, str]:
+    """Operation -> the command (its words) marked as sending it with `@sends`."""
+    found: dict[str, str] = {}
+    for info in typer_app.registered_commands:
+        if info.callback in SENDS:
+            word = info.name or get_command_name(info.callback.__name__)
+            found[SENDS[info.callback]] = prefix + word
+    for group in typer_app.registered_groups:
+        sub = group.typer_instance
+        if sub is not None:
+            found |= _commands(sub, f"{prefix}{group.name or sub.info.name} ")
+    return found
+
+
 # The command that sends each operation of the protocol (tests check it covers them all).
-COMMANDS: dict[str, str] = {
-    "add": "add",
-    "search": "search",
-    "describe": "describe",
-    "list": "list",
-    "get": "get",
-    "delete": "delete",
-    "clear_by_type": "clear",
-    "compact": "compact",
-    "update": "update",
-    "apply": "apply",
-    "history": "history",
-    "recall": "recall",
-    "timeline": "timeline",
-    "people": "people",
-    "create_workspace": "workspace create",
-    "list_workspaces": "workspace list",
-    "load_workspace": "workspace show",
-    "update_workspace": "workspace update",
-    "archive_workspace": "workspace archive",
-    "create_state": "state save",
-    "list_states": "state list",
-    "load_state": "state load",
-    "archive_state": "state archive",
-    "capture": "capture",
-    "reconcile": "reconcile",
-    "export": "export",
-    "import": "import",
-}
+COMMANDS: dict[str, str] = _commands(app)
 
 __all__ = [
     "COMMANDS",

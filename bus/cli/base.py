@@ -23,7 +23,8 @@ from rich.table import Table
 from bus.client import MemoryBus
 from bus.errors import BusError
 from contracts import limits
-from contracts.messages import Memory, ScoredMemory
+from contracts.messages import Memory, Request, ScoredMemory
+from contracts.operations import BY_REQUEST
 from contracts.subjects import DEFAULT_NAMESPACE
 
 app = typer.Typer(
@@ -37,6 +38,23 @@ app = typer.Typer(
 out = Console(highlight=False, soft_wrap=False)
 err = Console(stderr=True, highlight=False)
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+
+# Command function -> the operation it sends (`bus.cli.COMMANDS` is read from it).
+SENDS: dict[Callable[..., Any], str] = {}
+
+
+def sends(request: type[Request]) -> Callable[[F], F]:
+    """Mark a command as the one that sends the operation of `request` (placed below its
+    `@app.command`)."""
+    op = BY_REQUEST[request].name
+
+    def mark(fn: F) -> F:
+        SENDS[fn] = op
+        return fn
+
+    return mark
+
 
 DEFAULT_URL = "nats://127.0.0.1:4222"
 NatsUrl = Annotated[

@@ -31,16 +31,28 @@ from bus.cli.base import (
     out,
     read_scope,
     record_table,
+    sends,
     short,
     shown,
     when,
 )
-from contracts.messages import DescribeReply
+from contracts.messages import (
+    DescribeReply,
+    DescribeRequest,
+    GetRequest,
+    HistoryRequest,
+    ListRequest,
+    PeopleRequest,
+    RecallRequest,
+    SearchRequest,
+    TimelineRequest,
+)
 
 Id = Annotated[str, typer.Argument(metavar="ID", help="Memory id.")]
 
 
 @app.command(rich_help_panel="Read")
+@sends(SearchRequest)
 def search(
     query: Annotated[str, typer.Argument(metavar="QUERY", help="What to look for.")],
     workflow: Workflow = None,
@@ -104,6 +116,7 @@ def describe_table(d: DescribeReply) -> Table:
 
 
 @app.command(rich_help_panel="Read")
+@sends(DescribeRequest)
 def describe(
     workflow: Workflow = None,
     scope: Scope = "both",
@@ -126,6 +139,7 @@ def describe(
 
 
 @app.command(rich_help_panel="Read", name="list")
+@sends(ListRequest)
 def list_(
     workflow: Workflow = None,
     type: Types = None,
@@ -164,6 +178,7 @@ def list_(
 
 
 @app.command(rich_help_panel="Read")
+@sends(GetRequest)
 def get(
     ids: Annotated[list[str], typer.Argument(metavar="ID...", help="Memory ids.")],
     nats_url: NatsUrl = DEFAULT_URL,
@@ -182,6 +197,7 @@ def get(
 
 
 @app.command(rich_help_panel="Read")
+@sends(RecallRequest)
 def recall(
     message: Annotated[str, typer.Argument(metavar="MESSAGE", help="The turn's text.")],
     session: Annotated[str, typer.Option("--session", "-s", metavar="ID", help="Session id.")],
@@ -229,6 +245,7 @@ def recall(
 
 
 @app.command(rich_help_panel="Read")
+@sends(HistoryRequest)
 def history(
     id: Id,
     nats_url: NatsUrl = DEFAULT_URL,
@@ -250,6 +267,7 @@ def history(
 
 
 @app.command(rich_help_panel="Read")
+@sends(TimelineRequest)
 def timeline(
     id: Annotated[str, typer.Argument(metavar="ID", help="The anchor memory's id.")],
     before: Annotated[int, typer.Option(metavar="N", help="Memories before it.")] = 5,
@@ -296,6 +314,7 @@ def timeline(
 
 
 @app.command(rich_help_panel="Read")
+@sends(PeopleRequest)
 def people(
     query: Annotated[
         str | None, typer.Argument(metavar="[NAME]", help="Part of a name (any case).")

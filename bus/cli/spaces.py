@@ -21,10 +21,22 @@ from bus.cli.base import (
     ask,
     json_object,
     out,
+    sends,
     shown,
     when,
 )
 from bus.client import MemoryBus
+from contracts.messages import (
+    ArchiveStateRequest,
+    ArchiveWorkspaceRequest,
+    CreateStateRequest,
+    CreateWorkspaceRequest,
+    ListStatesRequest,
+    ListWorkspacesRequest,
+    LoadStateRequest,
+    LoadWorkspaceRequest,
+    UpdateWorkspaceRequest,
+)
 
 workspace_app = typer.Typer(
     name="workspace",
@@ -82,6 +94,7 @@ Preferences = Annotated[
 
 
 @workspace_app.command("create")
+@sends(CreateWorkspaceRequest)
 def workspace_create(
     name: Name,
     description: Annotated[str, typer.Option(metavar="TEXT", help="What it is.")],
@@ -117,6 +130,7 @@ def workspace_create(
 
 
 @workspace_app.command("list")
+@sends(ListWorkspacesRequest)
 def workspace_list(
     archived: Archived = False,
     nats_url: NatsUrl = DEFAULT_URL,
@@ -135,6 +149,7 @@ def workspace_list(
 
 
 @workspace_app.command("show")
+@sends(LoadWorkspaceRequest)
 def workspace_show(
     name: Name,
     nats_url: NatsUrl = DEFAULT_URL,
@@ -159,6 +174,7 @@ def workspace_show(
 
 
 @workspace_app.command("update")
+@sends(UpdateWorkspaceRequest)
 def workspace_update(
     name: Name,
     description: Annotated[str | None, typer.Option(metavar="TEXT", help="What it is.")] = None,
@@ -199,6 +215,7 @@ def workspace_update(
 
 
 @workspace_app.command("archive")
+@sends(ArchiveWorkspaceRequest)
 def workspace_archive(
     name: Name,
     nats_url: NatsUrl = DEFAULT_URL,
@@ -212,6 +229,7 @@ def workspace_archive(
 
 
 @state_app.command("save")
+@sends(CreateStateRequest)
 def state_save(
     workspace: InWorkspace,
     name: StateName,
@@ -251,6 +269,7 @@ def state_save(
 
 
 @state_app.command("load")
+@sends(LoadStateRequest)
 def state_load(
     workspace: InWorkspace,
     name: StateName,
@@ -282,6 +301,7 @@ def state_load(
 
 
 @state_app.command("list")
+@sends(ListStatesRequest)
 def state_list(
     workspace: InWorkspace,
     archived: Archived = False,
@@ -301,6 +321,7 @@ def state_list(
 
 
 @state_app.command("archive")
+@sends(ArchiveStateRequest)
 def state_archive(
     workspace: InWorkspace,
     name: StateName,

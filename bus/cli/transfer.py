@@ -25,12 +25,13 @@ from bus.cli.base import (
     err,
     json_text,
     run,
+    sends,
     shown,
 )
 from bus.client import MemoryBus
 from bus.errors import BusError
 from contracts import limits
-from contracts.messages import ImportedMemory, ImportRequest, RejectedEvent
+from contracts.messages import ExportRequest, ImportedMemory, ImportRequest, RejectedEvent
 from contracts.subjects import DURABLE_STREAM, rejected_subject
 
 # Import batches stay well under the 256 KiB request limit.
@@ -48,6 +49,7 @@ def _progress() -> Progress:
 
 
 @app.command(rich_help_panel="Move", name="export")
+@sends(ExportRequest)
 def export_(
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="File (default: standard output).")
@@ -145,6 +147,7 @@ async def _applied(bus: MemoryBus, ids: list[str], timeout_s: float) -> list[str
 
 
 @app.command(rich_help_panel="Move", name="import")
+@sends(ImportRequest)
 def import_(
     file: Annotated[Path, typer.Argument(help="A file written by `membus export`.")],
     durable: Annotated[

@@ -28,6 +28,7 @@ from bus.cli.base import (
     one_of,
     out,
     request_body,
+    sends,
     short,
     shown,
     when,
@@ -35,7 +36,19 @@ from bus.cli.base import (
 )
 from bus.client import MemoryBus
 from bus.jetstream import Accepted
-from contracts.messages import AddReply, ApplyReply, ReconcileReply
+from contracts.messages import (
+    AddReply,
+    AddRequest,
+    ApplyReply,
+    ApplyRequest,
+    CaptureRequest,
+    ClearByTypeRequest,
+    CompactRequest,
+    DeleteRequest,
+    ReconcileReply,
+    ReconcileRequest,
+    UpdateRequest,
+)
 
 Durable = Annotated[
     bool,
@@ -93,6 +106,7 @@ def _added_lines(reply: AddReply, workflow: str | None, type_: str) -> list[str]
 
 
 @app.command(rich_help_panel="Write")
+@sends(AddRequest)
 def add(
     type: Annotated[
         str, typer.Argument(metavar="TYPE", help="Memory type, e.g. user_pref, knowledge.")
@@ -167,6 +181,7 @@ def _print_added(
 
 
 @app.command(rich_help_panel="Write")
+@sends(UpdateRequest)
 def update(
     id: Annotated[str, typer.Argument(metavar="ID", help="The memory to change.")],
     content: Annotated[str | None, typer.Option(metavar="TEXT", help="New content.")] = None,
@@ -217,6 +232,7 @@ def update(
 
 
 @app.command(rich_help_panel="Write")
+@sends(DeleteRequest)
 def delete(
     ids: Annotated[list[str], typer.Argument(metavar="ID...", help="The memories to delete.")],
     durable: Durable = False,
@@ -242,6 +258,7 @@ def delete(
 
 
 @app.command(rich_help_panel="Write")
+@sends(ClearByTypeRequest)
 def clear(
     type: Annotated[str, typer.Argument(metavar="TYPE", help="The type to delete.")],
     workflow: Workflow = None,
@@ -268,6 +285,7 @@ def clear(
 
 
 @app.command(rich_help_panel="Write")
+@sends(CompactRequest)
 def compact(
     type: Annotated[str, typer.Argument(metavar="TYPE", help="The type to compact.")],
     keep: Annotated[int, typer.Option(metavar="N", help="How many to keep.")],
@@ -298,6 +316,7 @@ def compact(
 
 
 @app.command(rich_help_panel="Write")
+@sends(CaptureRequest)
 def capture(
     tool: Annotated[str, typer.Argument(metavar="TOOL", help="The tool's name.")],
     args: Annotated[
@@ -347,6 +366,7 @@ FileArg = Annotated[
 
 
 @app.command(rich_help_panel="Write")
+@sends(ReconcileRequest)
 def reconcile(
     file: FileArg = None,
     fact: Annotated[
@@ -391,6 +411,7 @@ def reconcile(
 
 
 @app.command(rich_help_panel="Write")
+@sends(ApplyRequest)
 def apply(
     file: Annotated[
         str, typer.Argument(metavar="FILE|-", help="The request's JSON body (-: standard input).")

@@ -13,6 +13,7 @@ import pytest
 from nats.aio.client import Client as NatsClient
 
 from bus import AgentMemory, MemoryBus
+from contracts.operations import BY_NAME, TABLE, Operation
 
 MAX_BODY = 256 * 1024
 
@@ -23,7 +24,8 @@ async def _raw(nc: Any, subject: str, body: bytes) -> tuple[dict, dict]:
 
 
 def _add(**fields: object) -> bytes:
-    return json.dumps({"type": "knowledge", "content": "ok", **fields}).encode()
+    """The example add of contracts.operations, with `fields` changed."""
+    return json.dumps({**BY_NAME["add"].example, **fields}).encode()
 
 
 CASES = [
@@ -173,6 +175,19 @@ CASES = [
 ]
 
 
+# Every operation's example with a field its request does not know.
+CASES += [
+    pytest.param(
+        op.name,
+        json.dumps({**op.example, "colour": "blue"}).encode(),
+        "invalid_request",
+        'Unknown field "colour"',
+        id=f"{op.name}-unknown-field",
+    )
+    for op in TABLE
+]
+
+
 @pytest.mark.parametrize(("op", "body", "code", "hint"), CASES)
 async def test_bad_input_gets_a_clear_error_and_the_service_stays_up(
     bus: MemoryBus, op: str, body: bytes, code: str, hint: str
@@ -187,6 +202,16 @@ async def test_bad_input_gets_a_clear_error_and_the_service_stays_up(
     # Still serving, and nothing half-written.
     described = await bus.agent().describe()
     assert described.total == 0
+
+
+@pytest.mark.parametrize("op", TABLE, ids=lambda op: op.name)
+async def test_every_operation_takes_its_example(bus: MemoryBus, op: Operation) -> None:
+    # What the example names need not exist: then not_found, never a refusal of the body.
+    reply, headers = await _raw(
+        bus.nc, f"mem.{bus.namespace}.{op.name}", json.dumps(op.example).encode()
+    )
+    assert reply["success"] is True or reply["code"] == "not_found", reply
+    assert headers.get("Nats-Service-Error-Code") in {None, "404"}
 
 
 @pytest.mark.transports("in_process", "nats", "cluster")

@@ -26,33 +26,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import fuzzing
 from fuzzing import FuzzInput, Outcome, Pool
 
+from contracts.operations import OPERATIONS
 from handlers.dispatch import dispatch
 
-# Every operation is in one group; each group gets EXAMPLES inputs.
-GROUPS: dict[str, tuple[str, ...]] = {
-    "memories": (
-        "add",
-        "update",
-        "get",
-        "delete",
-        "history",
-        "timeline",
-        "clear_by_type",
-        "compact",
-        "apply",
-    ),
-    "reads": ("search", "describe", "list", "people", "recall", "reconcile"),
-    "workspaces": (
-        "create_workspace",
-        "list_workspaces",
-        "load_workspace",
-        "update_workspace",
-        "archive_workspace",
-    ),
-    "states": ("create_state", "list_states", "load_state", "archive_state", "capture"),
-    "transfer": ("export", "import"),
-}
-EXAMPLES = 150
+# Inputs per operation (every operation of contracts.operations.TABLE is fuzzed on its own).
+EXAMPLES = 28
 
 FUZZ_SETTINGS = settings(
     max_examples=EXAMPLES,
@@ -75,10 +53,9 @@ FUZZ_SETTINGS = settings(
 OUTCOMES: list[Outcome] = []
 
 
-def test_the_groups_cover_every_operation() -> None:
-    grouped = [op for ops in GROUPS.values() for op in ops]
-    assert sorted(grouped) == sorted(fuzzing.OPS)
-    assert len(grouped) == len(set(grouped))
+def test_every_operation_is_fuzzed() -> None:
+    assert fuzzing.OPS == OPERATIONS
+    assert len(set(OPERATIONS)) == len(OPERATIONS)
 
 
 @pytest.fixture
@@ -97,13 +74,13 @@ async def _send(item: FuzzInput, ns: str, in_process: InProcess) -> Outcome:
     return outcome
 
 
-@pytest.mark.parametrize("group", list(GROUPS))
+@pytest.mark.parametrize("op", OPERATIONS)
 @FUZZ_SETTINGS
 @given(data=st.data())
 async def test_fuzzed_inputs_get_a_typed_reply(
-    group: str, data: st.DataObject, in_process: InProcess, ns: str, pool: Pool
+    op: str, data: st.DataObject, in_process: InProcess, ns: str, pool: Pool
 ) -> None:
-    item = data.draw(fuzzing.inputs(pool, GROUPS[group]), label="input")
+    item = data.draw(fuzzing.inputs(pool, (op,)), label="input")
     outcome = await _send(item, ns, in_process)
     assert outcome.problem is None, _failure(outcome)
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import inspect
+import re
 import unicodedata
 from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
+import msgspec.inspect as mi
 import pytest
 
 from contracts import limits
@@ -24,7 +26,7 @@ from contracts.messages import (
     SearchRequest,
     preview,
 )
-from contracts.operations import REQUEST_TYPES
+from contracts.operations import REQUEST_TYPES, TABLE
 from contracts.subjects import (
     GENERAL_SCOPE_TOKEN,
     event_filter,
@@ -48,38 +50,14 @@ def decode(cls: type, body: dict[str, Any] | bytes) -> Any:
 # --------------------------------------------------------------------------- struct config
 
 
-def test_every_operation_has_a_request_class_derived_from_request() -> None:
-    assert set(REQUEST_TYPES) == {
-        "add",
-        "search",
-        "describe",
-        "list",
-        "get",
-        "delete",
-        "clear_by_type",
-        "update",
-        "history",
-        "recall",
-        "timeline",
-        "people",
-        "create_workspace",
-        "list_workspaces",
-        "load_workspace",
-        "update_workspace",
-        "archive_workspace",
-        "create_state",
-        "list_states",
-        "load_state",
-        "archive_state",
-        "capture",
-        "export",
-        "import",
-        # v3: what an extractor should do with its facts; forgetting by rank.
-        "reconcile",
-        "apply",
-        "compact",
-    }
-    assert all(issubclass(cls, Request) for cls in REQUEST_TYPES.values())
+def test_every_request_class_is_an_operations_and_named_after_it() -> None:
+    # A request class of contracts.messages that no operation sends, or an operation whose
+    # request is named for another, fails here (the apply actions extend requests, not
+    # `Request` itself).
+    assert set(Request.__subclasses__()) == set(REQUEST_TYPES.values())
+    for op, cls in REQUEST_TYPES.items():
+        words = re.findall(r"[A-Z][a-z]*", cls.__name__.removesuffix("Request"))
+        assert "_".join(w.lower() for w in words) == op, (op, cls.__name__)
 
 
 @pytest.mark.parametrize("cls", ALL_REQUEST_CLASSES, ids=lambda c: c.__name__)
@@ -424,53 +402,44 @@ def test_namespace_with_trailing_newline_is_invalid() -> None:
 
 
 _NFD, _NFC = "Cafe\u0301 Jose\u0301", "Caf\u00e9 Jos\u00e9"
-_NOW = "2026-01-01T00:00:00Z"
-# A body of each operation that names something, every name written decomposed (NFD).
-_NAMED: dict[str, dict[str, object]] = {
-    "add": {"type": "knowledge", "content": "x", "workspace": _NFD, "related_people": [_NFD]},
-    "search": {"query": "x", "workspace": _NFD, "people": [_NFD]},
-    "describe": {"workspace": _NFD},
-    "list": {"workspace": _NFD, "people": [_NFD]},
-    "recall": {"message": "x", "session_id": "s1", "workspace": _NFD, "people": [_NFD]},
-    "people": {"query": _NFD},
-    "timeline": {"anchor": "01HZX0000000000000000000AA", "workspace": _NFD},
-    "create_workspace": {"name": _NFD, "description": "d", "root_folder": "/", "purpose": "p"},
-    "load_workspace": {"name": _NFD},
-    "update_workspace": {"name": _NFD, "description": "d"},
-    "archive_workspace": {"name": _NFD},
-    "create_state": {
-        "workspace": _NFD,
-        "name": _NFD,
-        "conversation_context": "c",
-        "active_task": "t",
-        "active_files": [],
-        "next_steps": [],
-    },
-    "list_states": {"workspace": _NFD},
-    "load_state": {"workspace": _NFD, "name": _NFD},
-    "archive_state": {"workspace": _NFD, "name": _NFD},
-    "capture": {"tool": "t", "workspace": _NFD},
-    "reconcile": {"facts": [{"content": "x"}], "workspace": _NFD},
-    "compact": {"type": "fact", "keep": 1, "by": "recency", "workspace": _NFD},
-    "apply": {
-        "workspace": _NFD,
-        "actions": [
-            {"action": "add", "type": "fact", "content": "x", "related_people": [_NFD]},
-            {"action": "supersede", "id": "m1", "type": "fact", "content": "y", "workspace": _NFD},
-        ],
-    },
-    "import": {
-        "memories": [
-            {
-                "id": "m1",
-                "type": "fact",
-                "content": "x",
-                "created_at": _NOW,
-                "workspace": _NFD,
-                "related_people": [_NFD],
-            }
-        ]
-    },
+
+
+def _is_list(t: mi.Type) -> bool:
+    return isinstance(t, mi.ListType) or (
+        isinstance(t, mi.UnionType) and any(isinstance(x, mi.ListType) for x in t.types)
+    )
+
+
+def _with_names(value: Any, t: mi.Type) -> Any:
+    """`value` (JSON data of type `t`) with every name field written decomposed (NFD): each
+    one its objects declare, and inside the lists and objects it holds."""
+    if isinstance(t, mi.UnionType):
+        for branch in t.types:
+            if isinstance(branch, mi.StructType) and isinstance(value, dict):
+                tag = value.get(branch.tag_field) if branch.tag_field else None
+                if branch.tag is None or tag == branch.tag:
+                    return _with_names(value, branch)
+            if isinstance(branch, mi.ListType) and isinstance(value, list):
+                return _with_names(value, branch)
+        return value
+    if isinstance(t, mi.ListType) and isinstance(value, list):
+        return [_with_names(item, t.item_type) for item in value]
+    if isinstance(t, mi.StructType) and isinstance(value, dict):
+        out = dict(value)
+        for f in t.fields:
+            if f.encode_name in NAME_FIELDS:
+                out[f.encode_name] = [_NFD] if _is_list(f.type) else _NFD
+            elif f.encode_name in out:
+                out[f.encode_name] = _with_names(out[f.encode_name], f.type)
+        return out
+    return value
+
+
+# Each operation's example with every name in it, or that its request may carry, decomposed.
+_NAMED = {
+    op.name: named
+    for op in TABLE
+    if (named := _with_names(op.example_body(), mi.type_info(op.request))) != op.example
 }
 
 
@@ -489,14 +458,15 @@ def _names(value: object) -> list[str]:
 
 
 def test_every_request_field_that_names_something_is_nfc() -> None:
-    # Each request type with a name field is covered, and decodes every name to NFC.
+    # Each request type with a name field is covered (in its nested messages too: apply's
+    # actions, import's memories), and decodes every name to NFC.
     named = {
-        op
-        for op, cls in REQUEST_TYPES.items()
-        if set(cls.__struct_fields__) & set(NAME_FIELDS) or op in ("import", "people")
+        op for op, cls in REQUEST_TYPES.items() if set(cls.__struct_fields__) & set(NAME_FIELDS)
     }
-    assert named == set(_NAMED)
-    for op, body in _NAMED.items():
+    assert named <= set(_NAMED)
+    assert {"apply", "import"} <= set(_NAMED)  # names only in their nested messages
+    bodies = {**_NAMED, "people": {"query": _NFD}}  # a person's name, as a query
+    for op, body in bodies.items():
         decoded = msgspec.json.decode(msgspec.json.encode(body), type=REQUEST_TYPES[op])
         names = _names(decoded)
         assert names and all(n == unicodedata.normalize("NFC", n) for n in names), (op, names)
