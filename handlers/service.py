@@ -123,7 +123,7 @@ async def _keep_layout(
                 stop.set()
                 return
             known = True
-            renamed = await layout.ensure(deps.store.client, deps.store.indexes)
+            renamed = await layout.ensure(deps.store)
         except Exception as exc:
             # Requests that cannot wait are told why (`Store._after_layout`).
             deps.store.redis_loading = is_loading(exc)
@@ -443,6 +443,20 @@ async def _serve_requests(
         log.info("service.stopped")
 
 
+async def migrate(settings: Settings) -> int:
+    """Bring the Redis at MEMBUS_REDIS_URL to the current key layout (`layout`), without
+    serving: what a handler does first when it starts. How many keys and namespaces it
+    changed."""
+    client, _ = await open_redis(settings.redis_url)
+    try:
+        # What a namespace from before metas gets as its own: this deployment's vectors.
+        embedder = make_embedder(settings, client)
+        store = Store(client, embedder.name, embedder.dimension, settings.pool_max)
+        return await layout.ensure(store, again=True)
+    finally:
+        await client.aclose()
+
+
 def main() -> None:
     try:
         settings = load_settings()
@@ -450,6 +464,12 @@ def main() -> None:
         sys.stderr.write(f"memory-bus handler: {exc}\n")
         raise SystemExit(2) from None
     configure_logging(settings.log_level)
+    if sys.argv[1:] == ["migrate"]:
+        changed = asyncio.run(migrate(settings))
+        sys.stdout.write(
+            f"memory-bus: Redis is at key layout {layout.LAYOUT} ({changed} changed)\n"
+        )
+        return
 
     async def run() -> None:
         stop = asyncio.Event()

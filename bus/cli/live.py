@@ -246,3 +246,13 @@ def ui(
 
     err.print(f"inspection page of {namespace}: http://{host}:{port}/ (Ctrl-C stops)")
     run(lambda: serve(nats_url, namespace, host=host, port=port))
+
+
+@app.command(rich_help_panel="Run")
+def migrate() -> None:
+    """Bring Redis (MEMBUS_REDIS_URL) to this version's key layout, as a starting handler
+    does, and count again any namespace whose counts were taken away. Runs the handler
+    package installed beside this one, with the handlers' MEMBUS_* settings."""
+    # A process of the service's own, not an import: the SDK does not depend on it.
+    done = subprocess.run([sys.executable, "-m", "handlers", "migrate"], check=False)
+    raise typer.Exit(done.returncode)

@@ -59,7 +59,7 @@ async def timeline(
             f'Memory "{req.anchor}" is not in this scope (no such id, expired, or stored in'
             f" another workflow). Use mem.{ns}.list or mem.{ns}.search to find an anchor."
         )
-    when = await read_time(ns, req.as_of, req.include_superseded, deps, now)
+    when = read_time(req.as_of, req.include_superseded, now)
     where = read_filter(now, scope, types=req.types, current=when.current, as_of_ms=when.as_of_ms)
     at, key = anchor.created_at, _order(anchor)
     before: list[Record] = []

@@ -55,7 +55,7 @@ async def list_(ns: str, req: ListRequest, deps: Deps) -> ListReply | CompactLis
     check_types(deps.settings.types, req.types)
     now = deps.clock()
     scope = read_scope(req.scope, req.workflow_id, req.workspace, deps.access.stores)
-    when = await read_time(ns, req.as_of, req.include_superseded, deps, now)
+    when = read_time(req.as_of, req.include_superseded, now)
     current = when.current
     page: Page[Summary] | Page[Record] | None = None
     if not (req.types or req.tags or req.people):

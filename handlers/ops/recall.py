@@ -127,7 +127,7 @@ async def _candidates(ns: str, req: RecallRequest, deps: Deps, now: int) -> list
         as_of=req.as_of,
     )
     # Path 1 as a vector query over its filter: the cosine of each comes with it.
-    when = await read_time(ns, req.as_of, req.include_superseded, deps, now)
+    when = read_time(req.as_of, req.include_superseded, now)
     scoped = read_filter(
         None,
         read_scope(req.scope, req.workflow_id, req.workspace, deps.access.stores),

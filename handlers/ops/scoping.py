@@ -7,11 +7,12 @@ from typing import TYPE_CHECKING
 
 from contracts.types import TypeConfig
 from handlers.ops.clock import dt_to_ms
+from handlers.store import validity
 from handlers.store.filters import ReadScope
 from handlers.store.validity import ReadTime
 
 if TYPE_CHECKING:
-    from handlers.ops.deps import Deps
+    pass
 
 
 def storage_workflow(
@@ -44,9 +45,7 @@ def read_scope(
     return ReadScope(workflow_id, general=True, workspace=workspace, stores=stores)
 
 
-async def read_time(
-    ns: str, as_of: datetime | None, include_superseded: bool, deps: Deps, now_ms: int
-) -> ReadTime:
-    """A read's time rule (`Validity.read_time`): pass its `ended_by` to the queries."""
+def read_time(as_of: datetime | None, include_superseded: bool, now_ms: int) -> ReadTime:
+    """A read's time rule (`validity.read_time`): pass its `ended_by` to the queries."""
     as_of_ms = dt_to_ms(as_of) if as_of is not None else None
-    return await deps.store.validity.read_time(ns, as_of_ms, include_superseded, now_ms)
+    return validity.read_time(as_of_ms, include_superseded, now_ms)

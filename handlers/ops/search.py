@@ -117,7 +117,7 @@ async def ranked_candidates(
     # over every document slows RediSearch's hybrid KNN down.
     scope = read_scope(req.scope, req.workflow_id, req.workspace, deps.access.stores)
     if when is None:
-        when = await read_time(ns, req.as_of, req.include_superseded, deps, now)
+        when = read_time(req.as_of, req.include_superseded, now)
     where = read_filter(
         None,
         scope,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextvars import ContextVar
 from typing import Any
 
 import redis.exceptions
@@ -21,6 +22,10 @@ Guard = Callable[[], contextlib.AbstractAsyncContextManager[None]]
 WriteWithSetup = Callable[[str, Callable[[], Awaitable[Any]], object], Awaitable[Any]]
 
 log = structlog.get_logger("membus.store")
+
+# Set in the task that migrates Redis to the current layout (`layout`): its own Redis calls
+# pass the store's wait for the layout.
+MIGRATING: ContextVar[bool] = ContextVar("membus_migrating", default=False)
 
 
 # A Redis Cluster between a node's failure and its replica's promotion, or while a slot

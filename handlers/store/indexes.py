@@ -9,7 +9,7 @@ is *promoted* to an index of its own (`promote`), for good. Where a namespace is
 the `placement.tier_key` (its pool number, or `own`), which the write scripts read, so a memory is
 written into the right index even by a handler that has not yet heard of a promotion;
 readers of a pooled namespace check it after each query (`Store`). `MEMBUS_POOL_MAX=0`
-turns pools off. A namespace from before pools has no tier key and keeps its own index."""
+turns pools off."""
 
 from __future__ import annotations
 
@@ -230,15 +230,13 @@ class Indexes:
             created = await self.client.set(meta_key(ns), msgspec.json.encode(self.mine), nx=True)
             meta = _meta_decoder.decode(await self.client.get(meta_key(ns)) or b"")
             tier = await self.client.get(tier_key(ns))
-            if tier is None and not created and await self._info(index_name(ns)) is None:
-                # Another handler made the meta a moment ago and is about to set the tier
-                # (a namespace made before pools has an index of its own): wait for it, or
-                # this one would take the new namespace for an old one and give it an index
-                # of its own (half of the namespaces first used by two handlers at once).
+            if tier is None and not created:
+                # Another handler made the meta a moment ago and is about to set the tier:
+                # wait for it, or this one would give the new namespace an index of its own.
                 tier = await self._tier_soon(ns)
             opens = False
-            # Without a meta, a namespace that has a tier or an index of its own was made
-            # before metas were kept (or lost its meta): it is not new.
+            # A namespace whose set-up Redis lost (its meta, its tier) but whose own index is
+            # there is not new: it keeps that index.
             fresh = created and tier is None and await self._info(index_name(ns)) is None
             if fresh:
                 # A new namespace: its writes count every memory it will hold (`tallies`)
@@ -246,10 +244,9 @@ class Indexes:
                 for key in complete_marks(ns):
                     await self.client.set(key, 1)
             if tier is None:
-                # A namespace that had a meta but no tier was made before pools: its memories
-                # lack the pool field, so it keeps (or gets back) its own index.
-                # So does one whose index exists already (made before metas were kept).
-                # On a cluster, a namespace is pooled where its home says so (`locate`).
+                # A namespace that is not new keeps (or gets back) an index of its own: its
+                # memories may lack the pool field. On a cluster, a namespace is pooled
+                # where its home says so (`locate`).
                 sequence = ns.sequence if isinstance(ns, Pooled) else None
                 if fresh and self.pool_max and not self.clustered:
                     sequence = int(await self.client.incr(POOL_SEQUENCE))

@@ -9,8 +9,6 @@ Keys of no namespace are few and touched one at a time. The layout before hash t
 
 from __future__ import annotations
 
-import hashlib
-
 ROOT = "membus"
 # redisvl's embeddings cache (see `handlers.embed.cache`): shared by every namespace.
 EMBED_CACHE = f"{ROOT}:embcache"
@@ -95,38 +93,6 @@ def history_prefix(ns: str) -> str:
     return history_key(ns, "")
 
 
-def session_key(ns: str, session_id: str) -> str:
-    """A session's recall state: its turn counter (`turn`) and, per memory id, the turn it
-    was last recalled in. Any handler serves any turn; the key's TTL slides with each turn."""
-    return ns_prefix(ns) + f"sess:{session_id}"
-
-
-def workspace_key(ns: str, name: str) -> str:
-    """A workspace: a hash of its fields (each JSON). Names may hold any printable
-    character; as the key's last part they need no escaping."""
-    return ns_prefix(ns) + f"ws:{name}"
-
-
-def workspace_index(ns: str) -> str:
-    """The namespace's workspace names, scored by creation time (ms)."""
-    return ns_prefix(ns) + "wsindex"
-
-
-def states_key(ns: str, workspace: str) -> str:
-    """A workspace's states: name -> JSON `{id, description}` of the state's memory. Never
-    deleted, so a state's name stays taken forever."""
-    return ns_prefix(ns) + f"states:{workspace}"
-
-
-def archived_states_key(ns: str, workspace: str) -> str:
-    """The names of a workspace's archived states."""
-    return ns_prefix(ns) + f"sarchived:{workspace}"
-
-
-def lock_key(ns: str, name: str) -> str:
-    return ns_prefix(ns) + f"lock:{name}"
-
-
 def meta_key(ns: str) -> str:
     """What the namespace's vectors are (embedder and dimension), set by its first writer."""
     return ns_prefix(ns) + "meta"
@@ -141,16 +107,3 @@ def memory_keys(ns: str, ids: list[str], history: bool = False) -> list[str]:
         if history:
             keys.append(history_key(ns, mid))
     return keys
-
-
-def replicated_key(ns: str) -> str:
-    """A marker written just before waiting for Redis's replicas (see `durable`)."""
-    return ns_prefix(ns) + "replicated"
-
-
-def applied_key(ns: str, request_id: str) -> str:
-    """A durable write's outcome, by its request id (the Nats-Msg-Id), kept 24 h so that a
-    redelivered write is applied at most once. A long id is hashed to bound the key."""
-    if len(request_id) > 128:
-        request_id = "sha256:" + hashlib.sha256(request_id.encode()).hexdigest()
-    return ns_prefix(ns) + f"applied:{request_id}"

@@ -1,4 +1,5 @@
-"""The key layout's version, and the migration to it from the layout before hash tags.
+"""The key layout's version, and the one migration to it: from the layout before hash tags
+(layout 2, below), then every namespace completed (layout 3, `migration`).
 
 Before version 2 a namespace's keys were `membus:<ns>:...`, and its tier and meta
 `membus:tier:<ns>` and `membus:meta:<ns>`; now they are all `membus:{<ns>}:...`
@@ -7,30 +8,31 @@ under a lock while the others wait: every old key is RENAMEd (which keeps its ex
 every namespace's own index is dropped (its memories kept) and made again under its new
 name (`placement.index_name`) over the new prefix. Pool indexes cover all of `membus:` with a
 filter, so they follow the renames themselves. Run the handlers of one version at a time:
-an older handler still running would write the old layout."""
+an older handler still running would write the old layout. `python -m handlers migrate`
+(and `membus migrate`) runs it without serving."""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from contextvars import ContextVar
 from typing import Any
 
 import msgspec
 import structlog
 
 from contracts.subjects import is_valid_namespace
+from handlers.store import migration
 from handlers.store.cluster import batches, is_cluster
+from handlers.store.failures import MIGRATING
 from handlers.store.indexes import Indexes
 from handlers.store.keys import ROOT, meta_key, ns_prefix
 from handlers.store.resp import index_prefixes, text
 from handlers.store.schema import NamespaceMeta
+from handlers.store.store import Store
 
 log = structlog.get_logger("membus.store")
 
-LAYOUT = 2
-# Set in the task that migrates: its own Redis calls pass the store's wait for the layout.
-MIGRATING: ContextVar[bool] = ContextVar("membus_migrating", default=False)
+LAYOUT = 3
 LAYOUT_KEY = f"{ROOT}:layout"
 _LOCK_KEY = f"{ROOT}:layout:lock"
 _LOCK_S = 60
@@ -59,27 +61,38 @@ def new_name(old: str, kind: str) -> str | None:
     return ns_prefix(head) + old.split(":", 2)[2]
 
 
-async def ensure(client: Any, indexes: Indexes, wait_s: float = 600.0) -> int:
+async def ensure(store: Store, wait_s: float = 600.0, again: bool = False) -> int:
     """Bring Redis to the current key layout (see the module); the number of keys renamed
-    (0 when it was there already, or another handler did it)."""
+    and namespaces completed (0 when it was there already, or another handler did it).
+    `again`: complete every namespace even so (an operator's `migrate`: one whose counts
+    were taken away is counted again)."""
     MIGRATING.set(True)
-    if await _current(client):
+    client = store.client
+    if not again and await _current(client):
         return 0
     token = uuid.uuid4().hex
     deadline = asyncio.get_running_loop().time() + wait_s
     while not await client.set(_LOCK_KEY, token, nx=True, ex=_LOCK_S):
         # Another handler migrates: wait for it (its lock lapses if it died).
-        if await _current(client):
+        if not again and await _current(client):
             return 0
         if asyncio.get_running_loop().time() > deadline:
             raise TimeoutError(f"the key layout migration did not finish within {wait_s:.0f} s")
         await asyncio.sleep(0.2)
     try:
-        if await _current(client):
+        if not again and await _current(client):
             return 0
-        renamed = await _migrate(client, indexes, token)
+        version = int(await client.get(LAYOUT_KEY) or 1)
+        changed = 0
+        if version < 2:
+            changed += await _migrate(client, store.indexes, token)
+
+        async def keep_lock() -> None:
+            await client.set(_LOCK_KEY, token, ex=_LOCK_S)
+
+        changed += await migration.complete(store, keep_lock)
         await client.set(LAYOUT_KEY, LAYOUT)
-        return renamed
+        return changed
     finally:
         if text(await client.get(_LOCK_KEY) or b"") == token:
             await client.delete(_LOCK_KEY)

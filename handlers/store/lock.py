@@ -16,7 +16,13 @@ from typing import Any
 import redis.exceptions
 
 from handlers.errors import Unavailable
+from handlers.store import keys
 from handlers.store.failures import Guard
+
+
+def lock_key(ns: str, name: str) -> str:
+    return keys.ns_prefix(ns) + f"lock:{name}"
+
 
 FIRST_POLL_S = 0.002
 LAST_POLL_S = 0.05

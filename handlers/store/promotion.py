@@ -17,7 +17,7 @@ from handlers.store.background import Background
 from handlers.store.cluster import batches, scan_iter
 from handlers.store.failures import Guard
 from handlers.store.indexes import Indexes
-from handlers.store.lock import Locks
+from handlers.store.lock import Locks, lock_key
 from handlers.store.placement import (
     OWN_BUILDING,
     OWN_INDEX,
@@ -71,7 +71,7 @@ class Promotions:
     async def _promote_if_grown(self, ns: str) -> None:
         if (await self._live_total(ns)) < self._indexes.pool_max:
             return
-        async with self._locks.hold(keys.lock_key(ns, "promote"), 120.0):
+        async with self._locks.hold(lock_key(ns, "promote"), 120.0):
             if await self.promote(ns):
                 self._pooled_adds.pop(ns, None)
 

@@ -21,11 +21,9 @@ from redisvl.query import CountQuery, FilterQuery, VectorQuery
 from redisvl.query.filter import FilterExpression
 
 from handlers.store import keys
-from handlers.store.background import Background
 from handlers.store.failures import Guard, is_connection_error, is_missing_index
 from handlers.store.filters import ReadScope, Scoped, read_filter
 from handlers.store.indexes import Indexes, Namespace
-from handlers.store.lock import Locks
 from handlers.store.placement import tier_key
 from handlers.store.policy import HybridPolicy
 from handlers.store.reads import Reads
@@ -80,8 +78,6 @@ class Queries:
         tallies: Tallies,
         validity: Validity,
         reads: Reads,
-        locks: Locks,
-        background: Background,
     ) -> None:
         self.client = client
         self._guard = guard
@@ -89,10 +85,7 @@ class Queries:
         self._tallies = tallies
         self._validity = validity
         self._reads = reads
-        self._locks = locks
-        self._background = background
         self._policy = HybridPolicy()
-        self._rebuilding: set[str] = set()
 
     async def knn(
         self,
@@ -234,9 +227,7 @@ class Queries:
             return None
         if found is None:
             return None
-        total, ids = found
-        fetched = await self._reads.fetch(ns, ids, now_ms, count_access=False)
-        return Page(total, [f.record for f in fetched if f is not None])
+        return Page(*found)
 
     async def ids(
         self,
@@ -266,29 +257,15 @@ class Queries:
 
     async def overview(self, ns: str, scope: ReadScope, now_ms: int) -> Overview:
         """What `describe` reports of the memories live in a scope: from the tallies the
-        writes keep (see `tallies`), or by aggregating: in a namespace from before them,
-        while they are counted once in the background, and while more memories expired at
-        once than one read settles."""
+        writes keep (see `tallies`), or, while more memories expired at once than one read
+        settles, by aggregating."""
         await self._indexes.get(ns)
         with contextlib.suppress(Behind):
             seen = await self._tallies.overview(ns, scope, now_ms)
             if seen is not None:
                 return seen
-            if ns not in self._rebuilding:
-                self._rebuilding.add(ns)
-                self._background.run(
-                    self._rebuild_tallies(ns, now_ms), "store.tally_rebuild_failed"
-                )
         await self._validity.end(ns, now_ms)
         return Overview.of(await self.aggregate(ns, read_filter(now_ms, scope)))
-
-    async def _rebuild_tallies(self, ns: str, now_ms: int) -> None:
-        try:
-            async with self._locks.hold(keys.lock_key(ns, "tally"), 300.0):
-                counted = await self._tallies.rebuild(ns, now_ms)
-            log.info("tally.rebuilt", namespace=ns, memories=counted)
-        finally:
-            self._rebuilding.discard(ns)
 
     async def aggregate(self, ns: str, where: FilterExpression) -> list[TypeGroup]:
         """Counts by type and scope side, tag lists and created_at bounds: no content."""

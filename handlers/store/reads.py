@@ -15,7 +15,7 @@ from handlers.store import keys
 from handlers.store.background import Background
 from handlers.store.failures import Guard
 from handlers.store.lua import fragment, lua
-from handlers.store.record import RECORD_FIELDS, Entry, Fetched, Record, Summary, decode
+from handlers.store.record import RECORD_FIELDS, Entry, Fetched, Record, Summary, record_of
 from handlers.store.resp import text
 from handlers.store.schema import VECTOR_FIELD
 from handlers.store.tallies import tally_prefix
@@ -100,11 +100,6 @@ return out
 
 
 _entries = msgspec.json.Decoder(Entry)
-
-
-def record_of(names: tuple[str, ...], values: list[Any]) -> Record:
-    """A record from the values of the fields `names` (absent ones None)."""
-    return decode(Record, {n: text(v) for n, v in zip(names, values, strict=True) if v is not None})
 
 
 def record_row(row: Any) -> Record | None:

@@ -15,6 +15,8 @@ from typing import Any, NamedTuple, TypeVar
 
 import msgspec
 
+from handlers.store.resp import text
+
 # Permanent memories get an expiry far in the future, so one numeric range filters expiry.
 PERMANENT_MS = 253_402_300_799_000  # 9999-12-31T23:59:59Z
 # The `vu` index field of a memory whose validity has no end: past any time the protocol
@@ -303,3 +305,8 @@ def decode(cls: type[S], stored: dict[str, str]) -> S:
         if values.get(name) == "":
             del values[name]
     return msgspec.convert(values, cls, strict=False)
+
+
+def record_of(names: tuple[str, ...], values: list[Any]) -> Record:
+    """A record from the values of the fields `names` (absent ones None)."""
+    return decode(Record, {n: text(v) for n, v in zip(names, values, strict=True) if v is not None})

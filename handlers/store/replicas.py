@@ -25,10 +25,17 @@ import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
 from handlers.store import keys
+from handlers.store.claims import applied_key
 from handlers.store.cluster import is_cluster
+
 
 # How long one WAIT waits for a replica, and how often a node's declared replicas are read
 # again (a failover or a replica added or removed shows within this long).
+def replicated_key(ns: str) -> str:
+    """A marker written just before waiting for Redis's replicas (see `durable`)."""
+    return keys.ns_prefix(ns) + "replicated"
+
+
 REPLICA_WAIT_MS = 1000
 TOPOLOGY_CHECK_S = 10.0
 
@@ -70,8 +77,8 @@ class Replicas:
         went through the cluster client, whose slot map a failover may have changed since,
         and a promoted replica that declares no replica of its own must not acknowledge a
         write that only its cut-off old primary took."""
-        marker = keys.replicated_key(ns)
-        claim = keys.applied_key(ns, request_id)
+        marker = replicated_key(ns)
+        claim = applied_key(ns, request_id)
         client, name = self.client, ""
         if is_cluster(self.client):
             node = self.client.get_node_from_key(marker)

@@ -13,13 +13,19 @@ from handlers.store import keys
 from handlers.store.failures import Guard
 from handlers.store.resp import text
 
+
 # The turn counter's field in a session hash (memory ids, the other fields, are never this).
+def session_key(ns: str, session_id: str) -> str:
+    """A session's recall state: its turn counter (`turn`) and, per memory id, the turn it
+    was last recalled in. Any handler serves any turn; the key's TTL slides with each turn."""
+    return keys.ns_prefix(ns) + f"sess:{session_id}"
+
+
 _TURN = "turn"
 
 
 def _turn_of(raw: bytes) -> int:
-    # Entries written by an older version carry `|` and a vector after the turn.
-    return int(raw.partition(b"|")[0])
+    return int(raw)
 
 
 class Sessions:
@@ -36,7 +42,7 @@ class Sessions:
         count); the turn, and for each memory recalled in the session the turn it was. A turn
         past `last` is returned but not stored (the caller refuses it). The caller holds the
         session's lock."""
-        key = keys.session_key(ns, session_id)
+        key = session_key(ns, session_id)
         async with self._guard():
             raw = await self.client.hgetall(key)
             count = int(raw.pop(_TURN.encode(), 0))
@@ -55,7 +61,7 @@ class Sessions:
     async def count(self, ns: str, session_id: str) -> int:
         """The session's last turn (0 for a new or expired session)."""
         async with self._guard():
-            raw = await self.client.hget(keys.session_key(ns, session_id), _TURN)
+            raw = await self.client.hget(session_key(ns, session_id), _TURN)
         return int(raw) if raw else 0
 
     async def recalled(
@@ -69,7 +75,7 @@ class Sessions:
     ) -> None:
         """Record that the `given` memories were recalled in `turn`, and forget `stale`
         ones."""
-        key = keys.session_key(ns, session_id)
+        key = session_key(ns, session_id)
         async with self._guard():
             pipe = self.client.pipeline(transaction=False)
             if given:

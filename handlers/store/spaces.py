@@ -1,6 +1,6 @@
 """Workspaces and the names of their states, in Redis.
 
-A workspace is one hash (`keys.workspace_key`, each field's value JSON) and a member of the
+A workspace is one hash (`workspace_key`, each field's value JSON) and a member of the
 namespace's index (a sorted set, by creation time). A state is a memory of type `state`
 (written by the record store); here is only its name's claim: the workspace's states hash
 maps each name to the memory's id, and is never emptied, so a name stays taken forever. The
@@ -29,10 +29,33 @@ from handlers.store.tallies import tally_prefix
 from handlers.store.tallies.scripts import TALLY
 from handlers.store.writes import FOLLOW
 
+
 # Create a workspace unless its name is taken (check and write in one step, so two handlers
 # creating one name at once leave one workspace). KEYS: the workspace, the namespace's index.
 # ARGV: name, created (ms), the most workspaces a namespace may hold, then field/value pairs.
 # Returns 1 (created), 0 (name taken) or -1 (the namespace is full).
+def workspace_key(ns: str, name: str) -> str:
+    """A workspace: a hash of its fields (each JSON). Names may hold any printable
+    character; as the key's last part they need no escaping."""
+    return keys.ns_prefix(ns) + f"ws:{name}"
+
+
+def workspace_index(ns: str) -> str:
+    """The namespace's workspace names, scored by creation time (ms)."""
+    return keys.ns_prefix(ns) + "wsindex"
+
+
+def states_key(ns: str, workspace: str) -> str:
+    """A workspace's states: name -> JSON `{id, description}` of the state's memory. Never
+    deleted, so a state's name stays taken forever."""
+    return keys.ns_prefix(ns) + f"states:{workspace}"
+
+
+def archived_states_key(ns: str, workspace: str) -> str:
+    """The names of a workspace's archived states."""
+    return keys.ns_prefix(ns) + f"sarchived:{workspace}"
+
+
 CREATE_WORKSPACE_LUA = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[3]) then return -1 end
@@ -206,7 +229,7 @@ class Spaces:
         """1: created; 0: the name is taken; -1: the namespace holds the most it may."""
         fields = msgspec.to_builtins(ws)
         args = [ws.name, ws.created_at, limits.MAX_WORKSPACES, *_pairs(fields)]
-        workspace_keys = [keys.workspace_key(ns, ws.name), keys.workspace_index(ns)]
+        workspace_keys = [workspace_key(ns, ws.name), workspace_index(ns)]
         async with self._guard():
             return int(await self._create_workspace(keys=workspace_keys, args=args))
 
@@ -217,25 +240,25 @@ class Spaces:
         them changed."""
         args = [_encode(now_ms), *_pairs(fields)]
         async with self._guard():
-            done = await self._update_workspace(keys=[keys.workspace_key(ns, name)], args=args)
+            done = await self._update_workspace(keys=[workspace_key(ns, name)], args=args)
         return ("missing", "changed", "same")[int(done)]
 
     async def workspace(self, ns: str, name: str) -> StoredWorkspace | None:
         async with self._guard():
-            raw = await self.client.hgetall(keys.workspace_key(ns, name))
+            raw = await self.client.hgetall(workspace_key(ns, name))
         return _decode_workspace(raw) if raw else None
 
     async def workspace_exists(self, ns: str, name: str) -> bool:
         async with self._guard():
-            return bool(await self.client.exists(keys.workspace_key(ns, name)))
+            return bool(await self.client.exists(workspace_key(ns, name)))
 
     async def workspaces(self, ns: str) -> list[NamedEntry]:
         """Every workspace, oldest first."""
         async with self._guard():
-            names = [text(n) for n in await self.client.zrange(keys.workspace_index(ns), 0, -1)]
+            names = [text(n) for n in await self.client.zrange(workspace_index(ns), 0, -1)]
             pipe = self.client.pipeline(transaction=False)
             for name in names:
-                pipe.hmget(keys.workspace_key(ns, name), _LISTED)
+                pipe.hmget(workspace_key(ns, name), _LISTED)
             rows = await pipe.execute() if names else []
         out = []
         for row in rows:
@@ -264,8 +287,8 @@ class Spaces:
         for field, value in fields.items():
             args += [field, value]
         state_keys = [
-            keys.workspace_key(ns, workspace),
-            keys.states_key(ns, workspace),
+            workspace_key(ns, workspace),
+            states_key(ns, workspace),
             keys.record_key(ns, rec.id),
             keys.history_key(ns, rec.id),
             tally_prefix(ns),
@@ -287,9 +310,9 @@ class Spaces:
         """The memory a state's name points at (None: no such state; `NoWorkspace`)."""
         async with self._guard():
             pipe = self.client.pipeline(transaction=False)
-            pipe.exists(keys.workspace_key(ns, workspace))
-            pipe.hget(keys.states_key(ns, workspace), name)
-            pipe.sismember(keys.archived_states_key(ns, workspace), name)
+            pipe.exists(workspace_key(ns, workspace))
+            pipe.hget(states_key(ns, workspace), name)
+            pipe.sismember(archived_states_key(ns, workspace), name)
             exists, raw, archived = await pipe.execute()
         if not exists:
             raise NoWorkspace(workspace)
@@ -301,9 +324,9 @@ class Spaces:
         """Every state of a workspace, oldest first (`NoWorkspace`: no such workspace)."""
         async with self._guard():
             pipe = self.client.pipeline(transaction=False)
-            pipe.exists(keys.workspace_key(ns, workspace))
-            pipe.hgetall(keys.states_key(ns, workspace))
-            pipe.smembers(keys.archived_states_key(ns, workspace))
+            pipe.exists(workspace_key(ns, workspace))
+            pipe.hgetall(states_key(ns, workspace))
+            pipe.smembers(archived_states_key(ns, workspace))
             exists, raw, archived = await pipe.execute()
         if not exists:
             raise NoWorkspace(workspace)
@@ -318,9 +341,9 @@ class Spaces:
     ) -> tuple[ArchiveOutcome, str | None]:
         """Archive a state; the outcome, and its memory id when it was archived now."""
         state_keys = [
-            keys.workspace_key(ns, workspace),
-            keys.states_key(ns, workspace),
-            keys.archived_states_key(ns, workspace),
+            workspace_key(ns, workspace),
+            states_key(ns, workspace),
+            archived_states_key(ns, workspace),
         ]
         async with self._guard():
             out = text(

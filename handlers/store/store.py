@@ -23,14 +23,12 @@ import redis.asyncio as aioredis
 import structlog
 
 from handlers.errors import Unavailable
-from handlers.store import keys
 from handlers.store.background import Background
 from handlers.store.batch import Batches
 from handlers.store.claims import Claims
-from handlers.store.failures import LOADING, redis_errors
+from handlers.store.failures import LOADING, MIGRATING, redis_errors
 from handlers.store.indexes import Indexes
-from handlers.store.layout import MIGRATING
-from handlers.store.lock import Locks
+from handlers.store.lock import Locks, lock_key
 from handlers.store.promotion import POOL_MAX, Promotions
 from handlers.store.queries import Queries
 from handlers.store.reads import Reads
@@ -70,7 +68,7 @@ class Store:
         self.indexes = Indexes(client, NamespaceMeta(embedder_name, dimension), guard, pool_max)
         self.locks = Locks(client, guard)
         self.tallies = Tallies(client, guard)
-        self.validity = Validity(client, guard, self.indexes, self.locks)
+        self.validity = Validity(client, guard)
         self.reads = Reads(client, guard, self.background)
         self.queries = Queries(
             client,
@@ -79,8 +77,6 @@ class Store:
             self.tallies,
             self.validity,
             self.reads,
-            self.locks,
-            self.background,
         )
         self.text = Text(client, guard, self.queries, self.background)
         self.promotions = Promotions(
@@ -173,7 +169,6 @@ class Store:
 
     def _lost(self) -> None:
         self.indexes.forget_all()
-        self.validity.forget()
         # The pool's idle connections died with the old Redis: drop them now rather than
         # find out one request at a time (in-use ones fail and reconnect on their own).
         pool = getattr(self.client, "connection_pool", None)
@@ -191,4 +186,4 @@ class Store:
         self, ns: str, name: str, hold_s: float = 5.0
     ) -> contextlib.AbstractAsyncContextManager[None]:
         """A lock shared by every handler (see `lock.Locks`)."""
-        return self.locks.hold(keys.lock_key(ns, name), hold_s)
+        return self.locks.hold(lock_key(ns, name), hold_s)

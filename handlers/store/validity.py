@@ -8,26 +8,20 @@ passed (`end`, and `describe`'s and `list`'s tally reads), so a current read cos
 negation it always did. `as_of` reads match the `vf`/`vu` index fields instead
 (`filters.valid_at`).
 
-A namespace written before v3 has memories without `vf`/`vu`, which no `as_of` filter
-matches: the first `as_of` read there gives them their window once (`backfill`), and
-waits a little for it.
+A namespace written before v3 had memories without `vf`/`vu`, which no `as_of` filter
+matches: the migration to layout 3 gave them their window (`backfill`).
 """
 
 from __future__ import annotations
 
-import asyncio
-import time
 from typing import Any, NamedTuple
 
 import redis.asyncio as aioredis
 import structlog
 
-from handlers.errors import Unavailable
 from handlers.store import keys
 from handlers.store.cluster import batches, scan_iter
 from handlers.store.failures import Guard
-from handlers.store.indexes import Indexes
-from handlers.store.lock import Locks
 from handlers.store.lua import fragment, lua
 from handlers.store.resp import text
 from handlers.store.tallies import VALIDITY_COMPLETE, VALIDITY_TALLIED, tally_prefix
@@ -80,10 +74,6 @@ return n
 )
 
 
-# How long an `as_of` read waits for a namespace from before v3 to get validity windows.
-AS_OF_WAIT_S = 2.0
-
-
 class ReadTime(NamedTuple):
     """Which memories a read sees in time: the current ones (`current`), those valid at
     `as_of_ms` (v3), or, with `include_superseded` and no `as_of`, all of them. A current
@@ -94,62 +84,21 @@ class ReadTime(NamedTuple):
     ended_by: int | None = None
 
 
+def read_time(as_of_ms: int | None, include_superseded: bool, now_ms: int) -> ReadTime:
+    """A read's time rule (every memory has its validity window: layout 3)."""
+    if as_of_ms is not None:
+        return ReadTime(current=False, as_of_ms=as_of_ms)
+    if include_superseded:
+        return ReadTime(current=False, as_of_ms=None)
+    return ReadTime(current=True, as_of_ms=None, ended_by=now_ms)
+
+
 class Validity:
-    def __init__(
-        self,
-        client: aioredis.Redis,
-        guard: Guard,
-        indexes: Indexes,
-        locks: Locks,
-    ) -> None:
+    def __init__(self, client: aioredis.Redis, guard: Guard) -> None:
         self.client = client
         self._guard = guard
-        self._indexes = indexes
-        self._locks = locks
         self._ended = client.register_script(ENDED_LUA)
         self._backfill = client.register_script(VALIDITY_BACKFILL_LUA)
-        # Namespaces seen complete (a marker never goes away while Redis keeps its data).
-        self._complete: set[str] = set()
-        self._backfills: dict[str, asyncio.Future[None]] = {}
-
-    async def read_time(
-        self, ns: str, as_of_ms: int | None, include_superseded: bool, now_ms: int
-    ) -> ReadTime:
-        """A read's time rule, the namespace made ready for it: an `as_of` read needs every
-        memory's validity window (`as_of_ready`)."""
-        if as_of_ms is not None:
-            await self.as_of_ready(ns)
-            return ReadTime(current=False, as_of_ms=as_of_ms)
-        if include_superseded:
-            return ReadTime(current=False, as_of_ms=None)
-        return ReadTime(current=True, as_of_ms=None, ended_by=now_ms)
-
-    async def as_of_ready(self, ns: str) -> None:
-        """Before an `as_of` read: every memory of the namespace has its validity window.
-        A namespace from before v3 is given them once, by one handler at a time; a read
-        waits up to AS_OF_WAIT_S for that, then gets `unavailable`."""
-        await self._indexes.get(ns)
-        if await self.complete(ns):
-            return
-        task = self._backfills.get(ns)
-        if task is None:
-            task = self._backfills[ns] = asyncio.ensure_future(self._backfill_once(ns))
-            task.add_done_callback(lambda _: self._backfills.pop(ns, None))
-        try:
-            await asyncio.wait_for(asyncio.shield(task), AS_OF_WAIT_S)
-        except TimeoutError:
-            raise Unavailable(
-                "This namespace's memories are being given their validity windows for"
-                " `as_of` reads (they were written before v3): retry in a few seconds;"
-                " reads without `as_of` work meanwhile."
-            ) from None
-
-    async def _backfill_once(self, ns: str) -> None:
-        async with self._locks.hold(keys.lock_key(ns, "validity"), 300.0):
-            if await self.complete(ns):
-                return  # another handler did it while this one waited for the lock
-            given = await self.backfill(ns, int(time.time() * 1000))
-        log.info("validity.backfilled", namespace=ns, memories=given)
 
     def end_in(self, pipe: Any, ns: str, now_ms: int) -> None:
         """Queue `end` into a pipeline, before the current read it prepares (`Queries`)."""
@@ -167,20 +116,6 @@ class Validity:
         async with self._guard():
             return int(await self._ended(keys=[prefix], args=[now_ms, keys.record_prefix(ns)]))
 
-    async def complete(self, ns: str) -> bool:
-        """Whether every memory of the namespace has its validity window."""
-        if ns in self._complete:
-            return True
-        async with self._guard():
-            done = await self.client.exists(tally_prefix(ns) + VALIDITY_COMPLETE)
-        if done:
-            self._complete.add(ns)
-        return bool(done)
-
-    def forget(self) -> None:
-        """Redis was lost: it may come back without the markers."""
-        self._complete.clear()
-
     async def backfill(self, ns: str, now_ms: int, size: int = 200) -> int:
         """Give every memory of the namespace written before v3 its validity window, count
         each memory's window in the tallies (`as_of` lists), then mark the namespace
@@ -194,7 +129,6 @@ class Validity:
                 given += await self._fill(ns, prefix, batch, now_ms)
             await self.client.set(prefix + VALIDITY_COMPLETE, 1)
             await self.client.set(prefix + VALIDITY_TALLIED, 1)
-        self._complete.add(ns)
         return given
 
     async def _fill(self, ns: str, prefix: str, records: list[Any], now_ms: int) -> int:

@@ -17,7 +17,7 @@ from handlers.store.failures import Guard, WriteWithSetup
 from handlers.store.indexes import Indexes
 from handlers.store.lua import fragment, lua
 from handlers.store.placement import POOLED, tier_key
-from handlers.store.reads import record_of, record_row
+from handlers.store.reads import record_row
 from handlers.store.record import (
     PERMANENT_MS,
     RECORD_FIELDS,
@@ -25,6 +25,7 @@ from handlers.store.record import (
     Record,
     changed_fields,
     mark_field,
+    record_of,
     supersede_fields,
 )
 from handlers.store.record import (

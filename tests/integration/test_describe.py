@@ -10,14 +10,13 @@ import random
 import time
 from typing import Any
 
-import msgspec
 import pytest
 import redis.asyncio as aioredis
 from inprocess import InProcess
 
 from bus import AgentMemory, MemoryBus
 from bus.errors import NotFound
-from handlers.store import keys
+from handlers.store import keys, layout
 from handlers.store.filters import ReadScope, Scoped, read_filter
 from handlers.store.record import Record
 from handlers.store.store import Store
@@ -253,37 +252,6 @@ async def test_describe_never_aggregates_once_counts_are_kept(
 
 
 @pytest.mark.transports("in_process")
-async def test_a_namespace_without_counts_is_aggregated_then_counted_once(
-    wf123: AgentMemory, rds: aioredis.Redis, in_process: InProcess, ns: str
-) -> None:
-    await wf123.add("knowledge", "alpha", tags=["red"])
-    await wf123.add("decision", "beta", scope="general", ttl_s=60)
-    gone = await wf123.add("knowledge", "gamma")
-    # As a namespace written by a version without counts (and from before metas were kept),
-    # met by a handler that starts: no tally keys, no meta, an index.
-    await rds.delete(*[key async for key in rds.scan_iter(match=f"{tally_prefix(ns)}*")])
-    await rds.delete(keys.meta_key(ns))
-    in_process.deps.store.indexes.forget(ns)
-    await wf123.delete([gone.id])
-
-    aggregated = await wf123.describe()
-    assert (aggregated.total, aggregated.tags) == (2, ["red"])
-    for _ in range(100):  # counted in the background
-        if await rds.exists(tally_prefix(ns) + TALLIES_COMPLETE):
-            break
-        await asyncio.sleep(0.02)
-    calls = await _aggregations(rds)
-
-    counted = await wf123.describe()
-
-    # The same, but for the idle-bounded count, which only the counts know.
-    assert (aggregated.idle_count, counted.idle_count) == (None, 0)
-    assert counted == msgspec.structs.replace(aggregated, idle_count=0)
-    assert await _aggregations(rds) == calls
-    await _assert_counts_equal_aggregation(in_process.deps.store, ns)
-
-
-@pytest.mark.transports("in_process")
 async def test_a_vector_query_by_scope_alone_reads_its_size_from_the_counts(
     wf123: AgentMemory, rds: aioredis.Redis, in_process: InProcess, ns: str
 ) -> None:
@@ -346,16 +314,13 @@ async def test_recounting_uncounts_a_memory_deleted_without_counting(
     await wf123.add("knowledge", "alpha", tags=["red"])
     gone = await wf123.add("knowledge", "beta", tags=["blue"])
     # As an older handler deletes, beside newer ones: the record goes, its counts stay. The
-    # operator then has the namespace counted again (docs/operations.md).
+    # operator then has the namespace counted again (docs/operations.md): `membus migrate`.
     await rds.delete(keys.record_key(ns, gone.id))
     assert (await wf123.describe()).total == 2
     await rds.delete(tally_prefix(ns) + TALLIES_COMPLETE)
 
-    await wf123.describe()  # aggregates, and counts again in the background
-    for _ in range(100):
-        if await rds.exists(tally_prefix(ns) + TALLIES_COMPLETE):
-            break
-        await asyncio.sleep(0.02)
+    assert await layout.ensure(in_process.deps.store, again=True) >= 1
+    assert await rds.exists(tally_prefix(ns) + TALLIES_COMPLETE)
 
     counted = await wf123.describe()
     assert (counted.total, counted.tags) == (1, ["red"])

@@ -171,9 +171,7 @@ async def test_data_of_the_old_layout_reads_the_same_after_the_migration(
 
     # Two handlers start at once: one migrates, the other waits for it.
     after, other = _deps(in_process, pool_max), _deps(in_process, pool_max)
-    renamed = await asyncio.gather(
-        layout.ensure(client, after.store.indexes), layout.ensure(client, other.store.indexes)
-    )
+    renamed = await asyncio.gather(layout.ensure(after.store), layout.ensure(other.store))
     assert sorted(renamed)[0] == 0 and sorted(renamed)[1] >= moved
     assert int(await client.get(layout.LAYOUT_KEY)) == layout.LAYOUT
     assert not [k async for k in client.scan_iter(match=f"membus:{ns}:*")]
@@ -189,4 +187,4 @@ async def test_data_of_the_old_layout_reads_the_same_after_the_migration(
 async def test_a_current_layout_is_left_alone(in_process: Any) -> None:
     client = in_process.deps.store.client
     await client.set(layout.LAYOUT_KEY, layout.LAYOUT)
-    assert await layout.ensure(client, in_process.deps.store.indexes) == 0
+    assert await layout.ensure(in_process.deps.store) == 0

@@ -314,22 +314,6 @@ async def test_a_new_namespace_first_used_by_two_handlers_at_once_is_pooled(in_p
         assert listed.total == 2
 
 
-async def test_a_namespace_from_before_pools_keeps_its_own_index(in_process) -> None:
-    old, ns = _deps(in_process, pool_max=0), _ns()
-    mid = await _add(old, ns, "written by an older version")
-    await old.store.client.delete(tier_key(ns))  # older versions kept no tier
-
-    new = _deps(in_process)
-    hits = await search_ops.search(ns, SearchRequest(query="older version"), new)
-    later = await _add(new, ns, "written after the upgrade")
-
-    assert [h.id for h in hits.results] == [mid]
-    assert await _tier(new, ns) == OWN_INDEX
-    assert not await new.store.client.hexists(keys.record_key(ns, later), POOL_FIELD)
-    listed = await reads.list_(ns, ListRequest(limit=10), new)
-    assert listed.total == 2
-
-
 async def test_a_namespace_redis_lost_is_set_up_again_by_its_next_write(in_process) -> None:
     deps, ns = _deps(in_process), _ns()
     await _add(deps, ns, "before the loss")

@@ -8,10 +8,12 @@ import asyncio
 import msgspec
 import pytest
 import redis.asyncio as aioredis
+from inprocess import InProcess
 
 from bus import AgentMemory, InvalidRequest, MemoryBus
 from contracts import limits
-from handlers.store import keys
+from handlers.store import layout
+from handlers.store.sessions import session_key
 
 
 @pytest.fixture
@@ -167,7 +169,7 @@ async def test_the_session_state_lives_in_redis_with_a_sliding_ttl(
     [only] = await _facts(agent, 1)
     await agent.recall("kayak")
 
-    key = keys.session_key(key_ns, "sess-1")
+    key = session_key(key_ns, "sess-1")
     state = await rds.hgetall(key)
     assert set(state) == {b"turn", only.encode()}
     assert state[b"turn"] == b"1"
@@ -177,13 +179,16 @@ async def test_the_session_state_lives_in_redis_with_a_sliding_ttl(
 
 
 async def test_a_session_written_with_vectors_by_an_older_version_goes_on(
-    agent: AgentMemory, rds: aioredis.Redis, key_ns: str
+    agent: AgentMemory, rds: aioredis.Redis, key_ns: str, in_process: InProcess
 ) -> None:
     a = await agent.add("knowledge", "the kayak trip starts at dawn", dedup="none")
     b = await agent.add("knowledge", "the kayak trip starts at dawn!", dedup="none")
-    # An older version kept `turn|<384 int8>` per memory given.
-    key = keys.session_key(key_ns, "sess-1")
+    # An older version kept `turn|<384 int8>` per memory given; the migration to layout 3
+    # keeps the turn.
+    key = session_key(key_ns, "sess-1")
     await rds.hset(key, mapping={"turn": 1, a.id: b"1|" + bytes(384)})
+    await layout.ensure(in_process.deps.store, again=True)
+    assert await rds.hget(key, a.id) == b"1"
 
     reply = await agent.recall("kayak trip dawn", recent_s=0)
 

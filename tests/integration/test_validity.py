@@ -12,8 +12,6 @@ import redis.asyncio as aioredis
 
 from bus import AgentMemory, MemoryBus
 from bus.errors import InvalidRequest
-from handlers.store import keys
-from handlers.store.tallies import VALIDITY_COMPLETE, tally_prefix
 
 pytestmark = pytest.mark.transports("in_process", "nats", "cluster")
 
@@ -151,26 +149,6 @@ async def test_the_same_content_after_its_end_is_a_new_current_memory(
     again = await wf123.add("fact", "the build is green")
     assert again.duplicate_of is None and again.id != first.id
     assert await _listed(wf123) == {again.id}
-
-
-async def test_memories_from_before_validity_get_their_windows_on_the_first_as_of_read(
-    wf123: AgentMemory, key_ns: str, rds: aioredis.Redis
-) -> None:
-    plain = await wf123.add("fact", "the team has six people")
-    old = await wf123.add("decision", "deploys run on Fridays")
-    new = await wf123.add("decision", "deploys run on Tuesdays", supersedes=[old.id])
-    # As a version before v3 wrote them: no window, and a supersede that closed nothing.
-    ns = key_ns
-    for mid in (old.id, new.id, plain.id):
-        await rds.hdel(keys.record_key(ns, mid), "vf", "vu", "valid_until")
-    await rds.delete(tally_prefix(ns) + VALIDITY_COMPLETE)
-    created = {m.id: m.created_at for m in (await wf123.get([old.id, new.id])).memories}
-
-    between = created[new.id] - timedelta(milliseconds=1)
-    assert set(await _listed(wf123, as_of=between)) == {old.id, plain.id}
-    assert set(await _listed(wf123, as_of=_now())) == {new.id, plain.id}
-    assert (await wf123.get([old.id])).memories[0].valid_until == created[new.id]
-    assert await rds.exists(tally_prefix(ns) + VALIDITY_COMPLETE)
 
 
 async def test_a_list_as_of_pages_the_tallies_exactly_as_the_index(

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from handlers.store import keys
+from handlers.store.claims import applied_key
 from handlers.store.layout import new_name
+from handlers.store.lock import lock_key
 from handlers.store.placement import (
     OPEN_POOLS,
     POOL_SEQUENCE,
@@ -18,6 +20,9 @@ from handlers.store.placement import (
     spread,
     tier_key,
 )
+from handlers.store.replicas import replicated_key
+from handlers.store.sessions import session_key
+from handlers.store.spaces import archived_states_key, states_key, workspace_index, workspace_key
 from handlers.store.tallies import tally_prefix
 from handlers.store.text import words_key
 
@@ -29,13 +34,13 @@ from handlers.store.text import words_key
         ("membus:team-1:a:01ABC", "hash", keys.access_key("team-1", "01ABC")),
         ("membus:team-1:hist:01ABC", "list", keys.history_key("team-1", "01ABC")),
         ("membus:team-1:t:h:wf", "hash", tally_prefix("team-1") + "h:wf"),
-        ("membus:team-1:ws:a:b c", "hash", keys.workspace_key("team-1", "a:b c")),
+        ("membus:team-1:ws:a:b c", "hash", workspace_key("team-1", "a:b c")),
         ("membus:team-1:words", "hash", words_key("team-1")),
         ("membus:tier:team-1", "string", tier_key("team-1")),
         ("membus:meta:team-1", "string", keys.meta_key("team-1")),
         # Namespace `tier`'s word counts, not namespace `words`' tier: the type says so.
         ("membus:tier:words", "hash", words_key("tier")),
-        ("membus:meta:wsindex", "zset", keys.workspace_index("meta")),
+        ("membus:meta:wsindex", "zset", workspace_index("meta")),
     ],
 )
 def test_old_keys_move_under_their_namespace_tag(old: str, kind: str, new: str) -> None:
@@ -67,16 +72,16 @@ def _every_key(ns: str) -> list[str]:
         keys.history_key(ns, "x"),
         tally_prefix(ns),
         words_key(ns),
-        keys.session_key(ns, "s"),
-        keys.workspace_key(ns, "w"),
-        keys.workspace_index(ns),
-        keys.states_key(ns, "w"),
-        keys.archived_states_key(ns, "w"),
-        keys.lock_key(ns, "l"),
+        session_key(ns, "s"),
+        workspace_key(ns, "w"),
+        workspace_index(ns),
+        states_key(ns, "w"),
+        archived_states_key(ns, "w"),
+        lock_key(ns, "l"),
         keys.meta_key(ns),
         tier_key(ns),
-        keys.replicated_key(ns),
-        keys.applied_key(ns, "r" * 200),
+        replicated_key(ns),
+        applied_key(ns, "r" * 200),
         index_name(ns),
         passing_index_name(ns),
     ]

@@ -8,9 +8,8 @@ their time has passed, by the next `describe` (all that are due) or `add` (up to
 `describe` reads a few small hashes whatever the size of the namespace, and its counts are
 exact at its `now`: the same as an aggregation over the memories live then.
 
-A namespace created before tallies existed has none until `rebuild` has counted its
-memories once (`describe` aggregates meanwhile); one created since is marked complete from
-its first moment (`Indexes`).
+A namespace is marked complete from its first moment (`Indexes`); one created before
+tallies existed was counted by the migration to layout 3 (`rebuild`).
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ from handlers.store import keys
 from handlers.store.cluster import batches, scan_iter
 from handlers.store.failures import Guard
 from handlers.store.filters import ReadScope
-from handlers.store.record import TypeGroup, workspace_tag
+from handlers.store.record import RECORD_FIELDS, Record, TypeGroup, record_of, workspace_tag
 from handlers.store.resp import text
 from handlers.store.tallies.scripts import (
     AS_OF_NEWEST_LUA,
@@ -211,14 +210,14 @@ class Tallies:
         limit: int,
         current: bool,
         as_of_ms: int | None = None,
-    ) -> tuple[int, list[str]] | None:
+    ) -> tuple[int, list[Record]] | None:
         """How many memories live at `now_ms` are in `scope` (with `current`, none
-        superseded), and the ids of the page `offset`..`offset + limit` of them, newest
-        first; None while the namespace's tallies are not complete (`Behind` as in
-        `overview`)."""
+        superseded), and the page `offset`..`offset + limit` of them, newest first, read
+        in the same script; None while the namespace's tallies are not complete (`Behind`
+        as in `overview`)."""
         asked = sides(scope)
         wsh = workspace_tag(scope.workspace) if scope.workspace is not None else ""
-        args: list[str | int] = [now_ms, keys.record_prefix(ns), offset + limit]
+        args: list[str | int] = [now_ms, keys.record_prefix(ns), offset, limit]
         if as_of_ms is None:
             args.append("0" if current else "1")
         else:
@@ -230,12 +229,7 @@ class Tallies:
             raw = _checked(await script(keys=[tally_prefix(ns)], args=args))
         if raw is None:
             return None
-        total, flat = int(raw[0]), raw[1:]
-        # Newest first; at equal times, the greater id first (ids sort by creation).
-        ranked = sorted(
-            ((float(flat[i + 1]), text(flat[i])) for i in range(0, len(flat), 2)), reverse=True
-        )
-        return total, [mid for _, mid in ranked[offset : offset + limit]]
+        return int(raw[0]), [record_of(RECORD_FIELDS, row) for row in raw[1:] if row]
 
     async def rebuild(self, ns: str, now_ms: int, size: int = 500) -> int:
         """Count every memory of a namespace that has no complete tallies (written by an

@@ -4,6 +4,7 @@ those counts. A namespace's tallies live under its tally prefix p (`tally_prefix
 from __future__ import annotations
 
 from handlers.store.lua import fragment, lua
+from handlers.store.record import RECORD_FIELDS
 
 # The most expired memories one read settles (see `settled` in TALLY): about 20 ms of Redis.
 SETTLE_MAX = 1000
@@ -206,37 +207,65 @@ return out
 )
 
 
+# A page of memories from the newest of sorted sets (`pairs`: id, created_at, ...), newest
+# first and at equal times the greater id first (ids sort by creation): the records from
+# `from` (0-based) on, at most `count`, each as its fields (RECORD_FIELDS, `expires_at`
+# first), false where it is gone. So `list` reads its page in the same script.
+PAGE = fragment(
+    """
+local FIELDS = {$fields}
+local function page(pairs, from, count, recs, now)
+  local items = {}
+  for i = 1, #pairs, 2 do items[#items + 1] = {tonumber(pairs[i + 1]), pairs[i]} end
+  table.sort(items, function(a, b)
+    if a[1] ~= b[1] then return a[1] > b[1] end
+    return a[2] > b[2]
+  end)
+  local rows = {}
+  for i = from + 1, math.min(#items, from + count) do
+    local vals = redis.call('HMGET', recs .. items[i][2], unpack(FIELDS))
+    rows[#rows + 1] = (vals[1] and tonumber(vals[1]) > now) and vals or false
+  end
+  return rows
+end
+""",
+    fields=", ".join(f"'{name}'" for name in RECORD_FIELDS),
+)
+
+
 # `list`'s page when it filters by scope alone: the newest memories of the scope, from the
 # sorted sets the tallies keep (see TALLY), after uncounting those whose expiry has passed.
 # Nothing (false) until the namespace's tallies are complete; 'behind' as in TALLY_READ_LUA.
-# KEYS: the tally prefix. ARGV: now, the record key prefix, how many of the newest to return,
+# KEYS: the tally prefix. ARGV: now, the record key prefix, the page's offset and limit,
 # '1' to include superseded memories, the workspace tag ('' for any), '1' when only some
 # stores are seen, the number of sides, the sides, then the stores seen. Returns how many
-# memories are in the scope, then the newest ones' ids and created_at (up to that many per
-# sorted set: the caller merges).
+# memories are in the scope, then the page's records (PAGE).
 NEWEST_LUA = lua(
     TALLY,
+    PAGE,
     """
-local p, now, want = KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[3])
+local p, now, from = KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[3])
+local want = from + tonumber(ARGV[4])
 if redis.call('EXISTS', p .. 'ready') == 0 then return false end
 if not settled(p, ARGV[2], now) then return 'behind' end
-local nsides = tonumber(ARGV[7])
-local stores = stores_seen(ARGV[6], 8 + nsides)
+local nsides = tonumber(ARGV[8])
+local stores = stores_seen(ARGV[7], 9 + nsides)
 local total, out = 0, {}
-for j = 8, 7 + nsides do
+for j = 9, 8 + nsides do
   local _, sets = side_sets(p, ARGV[j])
   for _, set in ipairs(sets) do
     local o, store, wsh, sup = set[1], set[2], set[3], set[4]
-    if (ARGV[5] == '' or wsh == ARGV[5]) and (not stores or stores[store])
-        and (ARGV[4] == '1' or sup == '') then
+    if (ARGV[6] == '' or wsh == ARGV[6]) and (not stores or stores[store])
+        and (ARGV[5] == '1' or sup == '') then
       total = total + redis.call('ZCARD', o)
       local newest = redis.call('ZREVRANGE', o, 0, want - 1, 'WITHSCORES')
       for _, v in ipairs(newest) do out[#out + 1] = v end
     end
   end
 end
-table.insert(out, 1, total)
-return out
+local rows = page(out, from, tonumber(ARGV[4]), ARGV[2], now)
+table.insert(rows, 1, total)
+return rows
 """,
 )
 
@@ -248,27 +277,31 @@ return out
 # at most AS_OF_SCAN_MAX memories in all. Nothing (false) until the namespace's tallies
 # count windows (p..'vready'); 'behind' as in TALLY_READ_LUA, or when the walk would pass
 # its bound (the caller reads the index then). KEYS: the tally prefix. ARGV: now, the record
-# key prefix, how many of the newest to return, the instant, the workspace tag ('' for
-# any), '1' when only some stores are seen, the number of sides, the sides, then the stores
-# seen. Returns the count, then the newest ones' ids and created_at.
+# key prefix, the page's offset and limit, the instant, the workspace tag ('' for any), '1'
+# when only some stores are seen, the number of sides, the sides, then the stores seen.
+# Returns the count, then the page's records (PAGE).
 AS_OF_NEWEST_LUA = lua(
     TALLY,
+    PAGE,
+    PAGE,
     fragment(
         """
-local p, now, want, at = KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local p, now, at = KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[5])
+local from = tonumber(ARGV[3])
+local want = from + tonumber(ARGV[4])
 if redis.call('EXISTS', p .. 'ready') == 0 or redis.call('EXISTS', p .. 'vready') == 0 then
   return false
 end
 if not settled(p, ARGV[2], now) then return 'behind' end
-local nsides = tonumber(ARGV[7])
-local stores = stores_seen(ARGV[6], 8 + nsides)
+local nsides = tonumber(ARGV[8])
+local stores = stores_seen(ARGV[7], 9 + nsides)
 local total, out, scanned, counted = 0, {}, 0, {}
-for j = 8, 7 + nsides do
+for j = 9, 8 + nsides do
   local side = ARGV[j]
   local _, sets = side_sets(p, side)
   for _, set in ipairs(sets) do
     local o, store, wsh = set[1], set[2], set[3]
-    if (ARGV[5] == '' or wsh == ARGV[5]) and (not stores or stores[store]) then
+    if (ARGV[6] == '' or wsh == ARGV[6]) and (not stores or stores[store]) then
       local part = cjson.encode({side, store, wsh})
       if not counted[part] then
         counted[part] = true
@@ -294,8 +327,9 @@ for j = 8, 7 + nsides do
     end
   end
 end
-table.insert(out, 1, total)
-return out
+local rows = page(out, from, tonumber(ARGV[4]), ARGV[2], now)
+table.insert(rows, 1, total)
+return rows
 """,
         as_of_scan_max=AS_OF_SCAN_MAX,
     ),
