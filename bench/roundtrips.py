@@ -13,7 +13,9 @@ trip (scripts by the store attribute that holds them).
 
 Two namespaces of 30 corpus memories (bench/corpus.py): one with its own index (made with
 MEMBUS_POOL_MAX=0, as a namespace past the pool size has) and one in a pool (the default for a
-new namespace), both then served by a handler with the default settings, caches warm.
+new namespace); and one of 2,000 with its own index, past MEMBUS_TEXT_READ_DOCS_MIN (1,000),
+where a hybrid search reads its rarer words only and scores the rest among the candidates.
+All served by a handler with the default settings, caches warm.
 
     .venv/bin/python bench/roundtrips.py [--requests 20] [--memories 30] [--embedder hash]
         [--json out.json]
@@ -43,6 +45,7 @@ import nats
 from corpus import WORKFLOWS, CorpusMemory, CorpusQuery, make_corpus, make_queries
 from redis.asyncio.connection import AbstractConnection
 from redis.commands.core import AsyncScript
+from store_cost import load as load_memories
 
 from contracts.messages import (
     AddRequest,
@@ -323,7 +326,7 @@ class InProcess:
 class Row:
     name: str
     trips: list[int]
-    chains: list[int]
+    chains: dict[str, int]  # a shape of request (`shape`): its shortest chain
     after: list[int]
     shapes: Counter[str]
     after_shapes: Counter[str]
@@ -333,9 +336,9 @@ class Row:
             "round_trips": statistics.median(self.trips),
             "min": min(self.trips),
             "max": max(self.trips),
-            # The fewest: gathered round trips that happened not to overlap in one request
-            # (the loop ran one arm's reply first) do not count as a chain.
-            "in_sequence": min(self.chains),
+            # The commonest shape's shortest: gathered round trips that happened not to
+            # overlap in one request (one arm answered before the other sent) are no chain.
+            "in_sequence": self.chains[self.shapes.most_common(1)[0][0]],
             "after_reply": statistics.median(self.after),
             "commands": self.shapes.most_common(1)[0][0],
             "commands_after_reply": self.after_shapes.most_common(1)[0][0]
@@ -371,14 +374,15 @@ async def measure(
     for i in range(requests) if same else range(requests, requests + warmup):
         await call(i)
     await app.settle()
-    row = Row(name, [], [], [], Counter(), Counter())
+    row = Row(name, [], {}, [], Counter(), Counter())
     for i in range(requests):
         _, counting = await rt.count(lambda i=i: call(i))  # type: ignore[misc]
         await app.settle()
         row.trips.append(len(counting.trips))
-        row.chains.append(counting.chain())
+        done = shape(counting.trips)
+        row.chains[done] = min(row.chains.get(done, 99), counting.chain())
         row.after.append(len(counting.after))
-        row.shapes[shape(counting.trips)] += 1
+        row.shapes[done] += 1
         if counting.after:
             row.after_shapes[shape(counting.after)] += 1
     return row
@@ -454,6 +458,9 @@ async def main() -> None:
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--memories", type=int, default=30, help="memories in each namespace")
     p.add_argument("--embedder", default="hash", choices=["hash", "minilm"])
+    p.add_argument(
+        "--large", type=int, default=2000, help="memories of a third namespace (own index; 0: none)"
+    )
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--json", default=None, help="also write the rows here")
     args = p.parse_args()
@@ -466,29 +473,27 @@ async def main() -> None:
     # Own index: made by a handler with pools off; then served by `app` like any other.
     own_maker = InProcess(stack, args.embedder, {"MEMBUS_POOL_MAX": "0"})
     rt = RoundTrips()
-    corpus = make_corpus(args.memories * 2 + per_op * 4, args.seed)
+    m, big = args.memories, args.large
+    corpus = make_corpus(2 * m + big + 6 * per_op, args.seed)
+    spaces = {"own index": ("rt_own", 0, m), "pooled": ("rt_pooled", m, 2 * m)}
+    if big:
+        spaces[f"own index, {big:,}"] = ("rt_large", 2 * m, 2 * m + big)
+    fresh = corpus[2 * m + big :]  # the adds' memories, 2 * per_op for each namespace
     rows: dict[str, list[Row]] = {}
     try:
-        spaces = {"own index": "rt_own", "pooled": "rt_pooled"}
-        for kind, ns in spaces.items():
-            maker = own_maker if kind == "own index" else app
-            start = 0 if kind == "own index" else args.memories
-            for m in corpus[start : start + args.memories]:
-                body = AddRequest(workflow_id=m.workflow_id, agent_id=m.agent_id, **m.add_kwargs())
-                await maker.ask(ns, "add", body)
+        for kind, (ns, start, end) in spaces.items():
+            maker = app if kind == "pooled" else own_maker
+            await load_memories(maker.deps, corpus[start:end], [], ns=ns)
         await own_maker.close()
+        await app.settle()
         rt.name_scripts(app.deps.store)
         rt.install()
         await check_counting(rt, app.client)
-        for kind, ns in spaces.items():
-            start = 0 if kind == "own index" else args.memories
-            queries = make_queries(3 * per_op, args.seed, corpus[start : start + args.memories])
+        for n, (kind, (ns, start, end)) in enumerate(spaces.items()):
+            queries = make_queries(3 * per_op, args.seed, corpus[start:end])
             listed = await app.ask(ns, "list", ListRequest(limit=20))
             ids = [m["id"] for m in listed["memories"]]
-            fresh = corpus[args.memories * 2 :]
-            offset = 0 if kind == "own index" else 2 * per_op
-
-            adds = fresh[offset : offset + 2 * per_op]
+            adds = fresh[n * 2 * per_op : (n + 1) * 2 * per_op]
             ops = requests_of(app, ns, queries, ids, adds, per_op)
             for name, call in ops.items():
                 same = not name.startswith("add") and name != NEW_QUERIES
@@ -503,11 +508,12 @@ async def main() -> None:
     kinds = list(spaces)
     print(
         f"\nRedis round trips before the reply, per request (median of {args.requests}; "
-        f"{args.memories} memories a namespace, {args.embedder} embedder, caches warm)"
+        f"{args.embedder} embedder, caches warm). Cells: round trips (their range if it"
     )
-    print("in sequence: the longest chain of them that wait for each other; after: sent")
-    print("by work the request left running after its reply (not counted)\n")
-    print("| request | " + " | ".join(f"{k}: trips (in sequence) [after]" for k in kinds) + " |")
+    print("varies), seq: the longest chain of them that wait for each other (gathered ones")
+    print("overlap), [after]: sent by work the request left running after its reply (not")
+    print("counted)\n")
+    print("| request | " + " | ".join(kinds) + " |")
     print("| --- |" + " --- |" * len(kinds))
     for name, by_kind in rows.items():
         cells = []

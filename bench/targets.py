@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import platform
 import statistics
 import subprocess
@@ -505,7 +506,7 @@ async def main() -> None:
     args.targets = set(args.targets.split(","))
     configure_logging("warning")
     out: dict[str, Target] = {}
-    started = datetime.now(UTC)
+    started, load_before = datetime.now(UTC), os.getloadavg()
     if args.targets & {"a", "c"}:
         await targets_hash(args, out)
     if "b" in args.targets:
@@ -517,7 +518,13 @@ async def main() -> None:
             "commit": git_head(),
             "started": started.isoformat(timespec="seconds"),
             "machine": f"{platform.machine()}, python {platform.python_version()}",
-            "args": {k: sorted(v) if isinstance(v, set) else str(v) for k, v in vars(args).items()},
+            # Other work on the machine: 1-minute load averages at the start and the end.
+            "load_average": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
+            "args": {
+                k: sorted(v) if isinstance(v, set) else str(v)
+                for k, v in vars(args).items()
+                if k not in ("json", "data")
+            },
             "targets": {
                 key: {
                     "name": t.name,
