@@ -56,19 +56,22 @@ CALIBRATION = 20
 _OWN = {"info", "config|resetstat", "config"}
 
 
-async def run(deps: Deps, op: str, body: Any) -> Any:
-    return await HANDLERS[op](NS, body, deps)
+async def run(deps: Deps, op: str, body: Any, ns: str = NS) -> Any:
+    return await HANDLERS[op](ns, body, deps)
 
 
-async def load(deps: Deps, memories: list[CorpusMemory], ids: list[str], batch: int = 64) -> float:
-    """Add `memories`, appending each one's stored id (a repeat's: the memory it folded into)."""
+async def load(
+    deps: Deps, memories: list[CorpusMemory], ids: list[str], batch: int = 64, ns: str = NS
+) -> float:
+    """Add `memories` (in `ns`), appending each one's stored id (a repeat's: the memory it
+    folded into); the fastest way in: the operation itself, `batch` at a time."""
     t0 = time.perf_counter()
     for i in range(0, len(memories), batch):
         reqs = [
             AddRequest(workflow_id=m.workflow_id, agent_id=m.agent_id, **m.add_kwargs())
             for m in memories[i : i + batch]
         ]
-        replies = await asyncio.gather(*(run(deps, "add", r) for r in reqs))
+        replies = await asyncio.gather(*(run(deps, "add", r, ns) for r in reqs))
         ids += [r.duplicate_of or r.id for r in replies]
     await deps.store.settle()
     return time.perf_counter() - t0
