@@ -150,6 +150,8 @@ FORMS_KEPT = 50_000
 # How long a handler keeps a namespace's word counts (estimates), and for how many.
 COUNTS_TTL_S = 5.0
 COUNTS_KEPT = 4096
+# Beside the word counts: how many memories the namespace holds (no word holds a space).
+_LIVE = "live total"
 # No filter: for a query whose candidates passed it already.
 MATCH_ALL = FilterExpression("*")
 
@@ -244,7 +246,10 @@ class Text:
         # Counts are of the memories written since the counts started (deleted and expired
         # ones included): a word's share of those, times the memories live, estimates its
         # memories.
-        live = await self._queries.live_total(ns)
+        kept = self._counts[ns][1]  # filled by word_counts just now
+        if _LIVE not in kept:
+            kept[_LIVE] = await self._queries.live_total(ns)
+        live = kept[_LIVE]
         budget = max(docs_min, share_max * live)
         estimate = {t: n * live / written for t, n in zip(terms, counts, strict=True)}
         read: set[str] = set()
