@@ -160,18 +160,29 @@ async def ranked_candidates(
         c.cosines[m.id] = ranking.similarity(m.distance or 0.0)
         c.vec_rank[m.id] = i
     among = {m.id: m for m in [*nearest, *matches]}
-    if not scored_among:
+    if scored_among:
+        # Every candidate's BM25 over every word, read among the candidates only: the same
+        # scores a whole-namespace query gives them, for work bounded by their number. They
+        # decide which candidates could make the results, so they come in a round trip of
+        # their own: reading every candidate's record and vector beside them cost Redis 40%
+        # more per search at 100k memories (8.5 against 6.0 ms). A superseded candidate
+        # gets no score, so it is dropped here.
+        second = [text.scores_search(ns, terms, list(among), current)]
+        among_scores = scores_of(ns, (await queries.run(ns, second))[0][0])
+        matches = [
+            msgspec.structs.replace(among[mid], text_score=score)
+            for mid, score in sorted(among_scores.items(), key=lambda kv: kv[1], reverse=True)
+        ]
+        _add_matches(c, matches)
+        among = dict(c.pool)
+    else:
         _add_matches(c, matches)
     depth = read or (_mmr_depth(req.limit) if req.diversify is not None else req.limit)
     extra: list[str] = []
     rescore: list[str] = []
     if vec is not None and matches:
-        full = (len(nearest) >= k, len(matches) >= k)
-        extra, rescore = _missing(req, deps, c, matches, full, scored_among, depth, now)
-    if scored_among:
-        # Every candidate's BM25 over every word, read among the candidates only: the same
-        # scores a whole-namespace query gives them, for work bounded by their number.
-        rescore = list(among)
+        full = (len(nearest) >= k, len(matches) >= k and not scored_among)
+        extra, rescore = _missing(req, deps, c, matches, full, depth, now)
     chosen = _could_make(req, deps, c, among, k, scored_among, read + SPARE_READS, now)
     vectors = list(dict.fromkeys([*extra, *(chosen if req.diversify is not None else [])]))
     also: list[Queued[Any]] = [
@@ -182,20 +193,12 @@ async def ranked_candidates(
     records: dict[str, Fetched | None] = {}
     scored: dict[str, float] = {}
     if rescore or vectors or (read and chosen):
-        second = [text.scores_search(ns, terms, rescore, current)] if rescore else []
-        pages, (stored, fetched) = await queries.run(ns, second, None, also)
+        last = [text.scores_search(ns, terms, rescore, current)] if rescore else []
+        pages, (stored, fetched) = await queries.run(ns, last, None, also)
         scored = scores_of(ns, pages[0]) if rescore else {}
         records = dict(zip(chosen if read else [], fetched, strict=True))
-    if scored_among:
-        # A superseded candidate gets no score, so it is dropped here.
-        rescored = [
-            msgspec.structs.replace(among[mid], text_score=score)
-            for mid, score in sorted(scored.items(), key=lambda kv: kv[1], reverse=True)
-        ]
-        _add_matches(c, rescored)
-    else:
-        for mid, score in scored.items():
-            c.texts[mid] = _normalised(score, c.top_bm25)
+    for mid, score in scored.items():
+        c.texts[mid] = _normalised(score, c.top_bm25)
     if vec is not None:
         for mid in extra:
             if (v := stored.get(mid)) is not None:
@@ -224,7 +227,6 @@ def _missing(
     c: Candidates,
     matches: list[Candidate],
     full: tuple[bool, bool],
-    scored_among: bool,
     depth: int,
     now: int,
 ) -> tuple[list[str], list[str]]:
@@ -233,18 +235,16 @@ def _missing(
     the text query's k whose BM25 is read among themselves (otherwise which of many equal
     text scores made the cut would decide). With linear fusion, only those that could
     still make the best `depth`: beyond a query's k, a memory scores at most as well as
-    that query's k-th (a text score not yet read, at most the best)."""
+    that query's k-th."""
     knn_full, text_full = full
     linear = _fusion(req, deps) == "linear"
     extra = [m.id for m in matches if m.id not in c.cosines]
-    unscored = [] if scored_among or not text_full else [m for m in c.cosines if m not in c.texts]
+    unscored = [m for m in c.cosines if m not in c.texts] if text_full else []
     if linear:
         bar = _score_to_beat(c, depth, deps, now)
-        best = {m.id: 1.0 if scored_among else c.texts[m.id] for m in matches}
         if knn_full and c.cosines:
             low_cos = min(c.cosines.values())
-            by_id = {m.id: m for m in matches}
-            extra = [m for m in extra if _total(by_id[m], low_cos, best[m], deps, now) >= bar]
+            extra = [m for m in extra if _total(c.pool[m], low_cos, c.texts[m], deps, now) >= bar]
         if unscored:
             low_txt = min(c.texts.values())
             unscored = [
@@ -272,17 +272,16 @@ def _could_make(
     if len(live) <= depth or (mode == "hybrid" and _fusion(req, deps) == "rrf"):
         return [m.id for m in live]
     cos_cap = min(c.cosines.values()) if len(c.vec_rank) >= k and c.cosines else 1.0
-    txt_cap = min(c.texts.values()) if len(c.text_rank) >= k and c.texts else 0.0
+    # Scored among the candidates, one without a text score holds none of the words.
+    full_text = len(c.text_rank) >= k and not scored_among
+    txt_cap = min(c.texts.values()) if full_text and c.texts else 0.0
     alpha = deps.settings.hybrid_alpha
     bounds: list[tuple[float, float, str]] = []
     for m in live:
         cos = c.cosines.get(m.id)
         cos_lo, cos_hi = (cos, cos) if cos is not None else (0.0, cos_cap)
         txt = c.texts.get(m.id)
-        if scored_among:
-            txt_lo, txt_hi = 0.0, 1.0
-        else:
-            txt_lo, txt_hi = (txt, txt) if txt is not None else (0.0, txt_cap)
+        txt_lo, txt_hi = (txt, txt) if txt is not None else (0.0, txt_cap)
         if mode == "vector":
             lo, hi = cos_lo, cos_hi
         elif mode == "text":
