@@ -8,7 +8,7 @@ its own memories by that field (`Namespace.confine`). Once it holds `pool_max` m
 is *promoted* to an index of its own (`promote`), for good. Where a namespace is indexed is
 the `placement.tier_key` (its pool number, or `own`), which the write scripts read, so a memory is
 written into the right index even by a handler that has not yet heard of a promotion;
-readers of a pooled namespace check it after each query (`Store`). `MEMBUS_POOL_MAX=0`
+readers of a pooled namespace check it after each query (`Queries.run`). `MEMBUS_POOL_MAX=0`
 turns pools off."""
 
 from __future__ import annotations

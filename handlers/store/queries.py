@@ -26,7 +26,6 @@ from handlers.store.filters import ReadScope, Scoped, read_filter
 from handlers.store.indexes import Indexes, Namespace
 from handlers.store.placement import tier_key
 from handlers.store.policy import HybridPolicy
-from handlers.store.reads import Reads
 from handlers.store.record import (
     CANDIDATE_FIELDS,
     RECORD_FIELDS,
@@ -77,14 +76,12 @@ class Queries:
         indexes: Indexes,
         tallies: Tallies,
         validity: Validity,
-        reads: Reads,
     ) -> None:
         self.client = client
         self._guard = guard
         self._indexes = indexes
         self._tallies = tallies
         self._validity = validity
-        self._reads = reads
         self._policy = HybridPolicy()
 
     async def knn(

@@ -252,7 +252,7 @@ def validity(rec: Record) -> tuple[int, int]:
 
 def ended(rec: Record) -> bool:
     """Whether its validity had ended when it was last written. One that ends later is
-    flagged by the read that first finds it due (the `v` set of scripts._TALLY)."""
+    flagged by the read that first finds it due (the `v` set of the tallies' `TALLY`)."""
     return rec.valid_until is not None and rec.valid_until <= rec.updated_at
 
 

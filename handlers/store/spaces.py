@@ -196,9 +196,6 @@ _NO_WORKSPACE = "no_workspace"  # what the state scripts return for a missing wo
 _UNSET = "unset"  # ... and for a namespace Redis lost (no tier key)
 
 
-# Store.write_with_setup: run a write script, set the namespace up again if it answers `unset`.
-
-
 class NoWorkspace(Exception):
     """A state operation named a workspace that does not exist (nothing was written)."""
 

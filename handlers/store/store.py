@@ -70,14 +70,7 @@ class Store:
         self.tallies = Tallies(client, guard)
         self.validity = Validity(client, guard)
         self.reads = Reads(client, guard, self.background)
-        self.queries = Queries(
-            client,
-            guard,
-            self.indexes,
-            self.tallies,
-            self.validity,
-            self.reads,
-        )
+        self.queries = Queries(client, guard, self.indexes, self.tallies, self.validity)
         self.text = Text(client, guard, self.queries, self.background)
         self.promotions = Promotions(
             client, guard, self.indexes, self.locks, self.background, self.queries.live_total

@@ -273,8 +273,8 @@ class Text:
         """The k best full-text (BM25) matches of any of `terms` in content or tags; with
         `current`, none superseded. `finding`: the query only finds candidates that
         `text_scores` scores afterwards, so it reads each word's first form alone (the one
-        holding the word itself, `word_forms`): at 100k memories a third less Redis time,
-        and the source memory in the top 10 as often (0.782 against 0.776, 910 queries)."""
+        holding the word itself, `word_forms`): less Redis time, the same memories found
+        (docs/benchmarks.md, "Why the text query is shaped so")."""
 
         search = self.text_search(terms, where, k, current, finding)
         found = await self._queries.search(ns, search.build, True, ended_by)
@@ -309,8 +309,7 @@ class Text:
         number, not the words' memories. Only ids and scores come back (the caller has the
         candidates' fields). Every candidate passed `where` in the query that found it, so
         only "not superseded" is read again: the filter adds nothing to BM25 (`text_match`),
-        and checking it in each word's clause was two thirds of this query's time (1.17
-        against 0.43 ms of Redis at 100k, the same scores for 200 of 200 searches)."""
+        and checking it again in each word's clause was most of this query's time."""
 
         search = self.scores_search(ns, terms, among, current)
         return scores_of(ns, await self._queries.search(ns, search.build, True))
