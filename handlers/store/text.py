@@ -18,8 +18,8 @@ from handlers.store.background import Background
 from handlers.store.failures import Guard
 from handlers.store.filters import CURRENT
 from handlers.store.indexes import Namespace
-from handlers.store.queries import Queries, decode_docs
-from handlers.store.record import CANDIDATE_FIELDS, Candidate, Record
+from handlers.store.queries import Queries
+from handlers.store.record import CANDIDATE_FIELDS, Record
 from handlers.store.resp import Found, text
 from handlers.store.schema import TEXT_FIELDS
 from handlers.store.trip import Search
@@ -239,7 +239,7 @@ class Text:
         those whose memories add up to at most `share_max` of the namespace's (or `docs_min`,
         if more). Redis reads every memory holding a word to score it, so this bounds the
         query's work; the other words are scored only among the candidates the vector query
-        and these words found (`text_scores`: its cost follows the candidates)."""
+        and these words found (`scores_search`: its cost follows the candidates)."""
         written, counts = await self.word_counts(ns, terms)
         if written <= docs_min:
             return terms  # no word can be in more memories than were ever written
@@ -260,26 +260,6 @@ class Text:
             read.add(t)
         return [t for t in terms if t in read]
 
-    async def text(
-        self,
-        ns: str,
-        terms: list[str],
-        where: FilterExpression,
-        k: int,
-        current: bool = False,
-        finding: bool = False,
-        ended_by: int | None = None,
-    ) -> list[Candidate]:
-        """The k best full-text (BM25) matches of any of `terms` in content or tags; with
-        `current`, none superseded. `finding`: the query only finds candidates that
-        `text_scores` scores afterwards, so it reads each word's first form alone (the one
-        holding the word itself, `word_forms`): less Redis time, the same memories found
-        (docs/benchmarks.md, "Why the text query is shaped so")."""
-
-        search = self.text_search(terms, where, k, current, finding)
-        found = await self._queries.search(ns, search.build, True, ended_by)
-        return decode_docs(ns, found, Candidate)
-
     def text_search(
         self,
         terms: list[str],
@@ -288,8 +268,12 @@ class Text:
         current: bool = False,
         finding: bool = False,
     ) -> Search:
-        """`text`'s query, to send with others (`Queries.run`); its page decodes as
-        `Candidate`s."""
+        """The query of the k best full-text (BM25) matches of any of `terms` in content or
+        tags (with `current`, none superseded), to send with others (`Queries.run`); its
+        page decodes as `Candidate`s. `finding`: the query only finds candidates that
+        `scores_search` scores afterwards, so it reads each word's first form alone (the one
+        holding the word itself, `word_forms`): less Redis time, the same memories found
+        (docs/benchmarks.md, "Why the text query is shaped so")."""
 
         async def query(space: Namespace) -> Query:
             q = _bm25(space, await self._word_forms(space, terms, finding), where, current)
@@ -297,27 +281,17 @@ class Text:
 
         return Search(query, with_scores=True)
 
-    async def text_scores(
-        self,
-        ns: str,
-        terms: list[str],
-        among: list[str],
-        current: bool = False,
-    ) -> dict[str, float]:
-        """The BM25 of each of the `among` memories (ids) that holds any of `terms`: the
-        score `text` gives it, read among them alone (INKEYS), so its cost follows their
-        number, not the words' memories. Only ids and scores come back (the caller has the
-        candidates' fields). Every candidate passed `where` in the query that found it, so
-        only "not superseded" is read again: the filter adds nothing to BM25 (`text_match`),
-        and checking it again in each word's clause was most of this query's time."""
-
-        search = self.scores_search(ns, terms, among, current)
-        return scores_of(ns, await self._queries.search(ns, search.build, True))
-
     def scores_search(
         self, ns: str, terms: list[str], among: list[str], current: bool = False
     ) -> Search:
-        """`text_scores`' query, to send with others (`Queries.run`; read by `scores_of`)."""
+        """The query of the BM25 of each of the `among` memories (ids) that holds any of
+        `terms`: the score `text_search` gives it, read among them alone (INKEYS), so its
+        cost follows their number, not the words' memories; to send with others
+        (`Queries.run`; read by `scores_of`). Only ids and scores come back (the caller has
+        the candidates' fields). Every candidate passed the read filter in the query that
+        found it, so only "not superseded" is read again: the filter adds nothing to BM25
+        (`text_match`), and checking it again in each word's clause was most of this
+        query's time."""
 
         async def query(space: Namespace) -> Query:
             q = _bm25(space, await self._word_forms(space, terms), MATCH_ALL, current)
