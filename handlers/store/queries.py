@@ -1,6 +1,6 @@
 """Queries of a namespace's index: nearest vectors (with their hybrid policy), pages,
 ids, counts, aggregations, and the scope reads the tallies answer. Each runs against the
-index that holds the namespace, again if that index moved while it ran (`on_index`)."""
+index that holds the namespace, again if that index moved while it ran (`_on_index`)."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ from handlers.store.record import (
     decode,
     storage_fields,
 )
-from handlers.store.resp import Found, parse_row, parse_search, text
+from handlers.store.resp import Found, parse_aggregate, parse_search, text
 from handlers.store.schema import VECTOR_FIELD
 from handlers.store.tallies import Behind, Overview, Tallies
 from handlers.store.trip import Queued, Search
@@ -45,7 +45,6 @@ from handlers.store.validity import Validity
 
 log = structlog.get_logger("membus.store")
 
-T = TypeVar("T")
 D = TypeVar("D", bound=msgspec.Struct)
 S = TypeVar("S", Summary, Record, Mentions)
 
@@ -267,7 +266,7 @@ class Queries:
     async def aggregate(self, ns: str, where: FilterExpression) -> list[TypeGroup]:
         """Counts by type and scope side, tag lists and created_at bounds: no content."""
 
-        async def run(space: Namespace) -> Any:
+        async def commands(space: Namespace) -> list[list[Any]]:
             req = (
                 AggregateRequest(str(space.confine(where)))
                 .group_by(
@@ -280,34 +279,10 @@ class Queries:
                 )
                 .dialect(2)
             )
-            return await space.index.aggregate(req)
+            return [["FT.AGGREGATE", space.index.name, *req.build_args()]]
 
-        result = await self.on_index(ns, run)
-        return [msgspec.convert(parse_row(raw), TypeGroup, strict=False) for raw in result.rows]
-
-    async def on_index(self, ns: str, run: Callable[[Namespace], Awaitable[T]]) -> T:
-        """Run a query against the index that holds the namespace. If the index vanished
-        under us (dropped or flushed), set it up again and retry; likewise when the
-        namespace was promoted out of its pool (or lost) while it ran: its tier, read after
-        the query, is then no longer its pool number, and the query may have missed memories
-        that had left the pool."""
-        space = await self._indexes.get(ns)
-        for attempt in range(3):
-            async with self._guard():
-                try:
-                    out = await run(space)
-                except (redis.exceptions.ResponseError, RedisSearchError) as exc:
-                    if not is_missing_index(exc) or is_connection_error(exc) or attempt == 2:
-                        raise
-                else:
-                    if space.pool is None:
-                        return out
-                    tier = await self.client.get(tier_key(ns))
-                    if tier is not None and text(tier) == str(space.pool):
-                        return out
-            self._indexes.forget(ns)
-            space = await self._indexes.get(ns)
-        return out  # the pool was left twice in a row: a namespace is promoted only once
+        (reply,) = await self._on_index(ns, commands)
+        return [msgspec.convert(row, TypeGroup, strict=False) for row in parse_aggregate(reply)]
 
     async def search(
         self,
@@ -330,27 +305,12 @@ class Queries:
         also: Sequence[Queued[Any]] = (),
     ) -> tuple[list[Found], list[Any]]:
         """FT.SEARCHes on the namespace's index and other rooms' commands (`also`), in one
-        round trip: after flagging the memories whose validity ended by `ended_by` (a
-        current read's time, `Validity`), and, in a pool, with the tier read after them.
-        Each search's page, and each of `also` read. If the index vanished (dropped or
-        flushed), it is set up again and all is sent again; likewise when the namespace
-        was promoted out of its pool (or lost) meanwhile: its tier, read after the queries,
-        is then no longer its pool number, and they may have missed memories that had left
-        the pool."""
-        space = await self._indexes.get(ns)
-        for attempt in range(3):
-            async with self._guard():
-                try:
-                    commands = [await self._command(space, s) for s in searches]
-                    replies, tier = await self._send(ns, space, commands, ended_by, also)
-                except (redis.exceptions.ResponseError, RedisSearchError) as exc:
-                    if not is_missing_index(exc) or is_connection_error(exc) or attempt == 2:
-                        raise
-                else:
-                    if space.pool is None or not searches or text(tier or "") == str(space.pool):
-                        break
-            self._indexes.forget(ns)
-            space = await self._indexes.get(ns)
+        round trip (`_on_index`): each search's page, and each of `also` read."""
+
+        async def commands(space: Namespace) -> list[list[Any]]:
+            return [await self._command(space, s) for s in searches]
+
+        replies = await self._on_index(ns, commands, ended_by, also)
         found = [
             parse_search(raw, s.with_scores)
             for raw, s in zip(replies[: len(searches)], searches, strict=True)
@@ -361,6 +321,36 @@ class Queries:
             read.append(queued.parse(replies[at : at + n]))
             at += n
         return found, read
+
+    async def _on_index(
+        self,
+        ns: str,
+        commands: Callable[[Namespace], Awaitable[list[list[Any]]]],
+        ended_by: int | None = None,
+        also: Sequence[Queued[Any]] = (),
+    ) -> list[Any]:
+        """The replies to commands on the index that holds the namespace (built for it by
+        `commands`) and to `also`, in one round trip: after flagging the memories whose
+        validity ended by `ended_by` (a current read's time, `Validity`), and, in a pool,
+        with the tier read after them. If the index vanished (dropped or flushed), it is set
+        up again and all is sent again; likewise when the namespace was promoted out of its
+        pool (or lost) meanwhile: its tier, read after the queries, is then no longer its
+        pool number, and they may have missed memories that had left the pool."""
+        space = await self._indexes.get(ns)
+        for attempt in range(3):
+            async with self._guard():
+                try:
+                    built = await commands(space)
+                    replies, left = await self._send(ns, space, built, ended_by, also)
+                except (redis.exceptions.ResponseError, RedisSearchError) as exc:
+                    if not is_missing_index(exc) or is_connection_error(exc) or attempt == 2:
+                        raise
+                else:
+                    if not left:
+                        return replies
+            self._indexes.forget(ns)
+            space = await self._indexes.get(ns)
+        return replies  # the pool was left twice in a row: a namespace is promoted only once
 
     async def _command(self, space: Namespace, search: Search) -> list[Any]:
         query = await search.build(space)
@@ -378,9 +368,10 @@ class Queries:
         commands: list[list[Any]],
         ended_by: int | None,
         also: Sequence[Queued[Any]],
-    ) -> tuple[list[Any], Any]:
-        """The replies to `commands` and `also`'s, and the namespace's tier when it is
-        pooled, in one round trip (a pipeline, when there is more than one command)."""
+    ) -> tuple[list[Any], bool]:
+        """The replies to `commands` and `also`'s, and whether the namespace has left the
+        pool its queries read, in one round trip (a pipeline, when there is more than one
+        command)."""
         try:
             return await self._send_once(ns, space, commands, ended_by, also)
         except redis.exceptions.NoScriptError:
@@ -397,12 +388,12 @@ class Queries:
         commands: list[list[Any]],
         ended_by: int | None,
         also: Sequence[Queued[Any]],
-    ) -> tuple[list[Any], Any]:
+    ) -> tuple[list[Any], bool]:
         extra = [c for queued in also for c in queued.commands]
         # Only a query of the index can miss memories that left the pool meanwhile.
         pooled = space.pool is not None and bool(commands)
         if ended_by is None and not pooled and len(commands) + len(extra) == 1:
-            return [await self.client.execute_command(*[*commands, *extra][0])], None
+            return [await self.client.execute_command(*[*commands, *extra][0])], False
         pipe = self.client.pipeline(transaction=False)
         if ended_by is not None:
             self._validity.end_in(pipe, ns, ended_by)
@@ -413,5 +404,5 @@ class Queries:
         out = await pipe.execute()
         out = out[1:] if ended_by is not None else out
         if pooled:
-            return out[:-1], out[-1]
-        return out, None
+            return out[:-1], text(out[-1] or b"") != str(space.pool)
+        return out, False

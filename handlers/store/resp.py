@@ -77,13 +77,19 @@ def _parse_search_text(raw: dict[Any, Any], with_scores: bool) -> Found:
     return Found(int(raw.get("total_results") or 0), docs)
 
 
-def parse_row(raw: list[Any]) -> dict[str, Any]:
-    """One FT.AGGREGATE row: alternating names and values (a value may be a list)."""
-    row: dict[str, Any] = {}
-    for i in range(0, len(raw), 2):
-        value = raw[i + 1]
-        row[text(raw[i])] = [text(v) for v in value] if isinstance(value, list) else text(value)
-    return row
+def parse_aggregate(raw: Any) -> list[dict[str, Any]]:
+    """A raw FT.AGGREGATE reply's rows (RESP2 or RESP3), each by field name (a value may be
+    a list)."""
+    if isinstance(raw, dict):  # RESP3: the rows' fields under `extra_attributes`
+        rows = raw.get(b"results", raw.get("results")) or []
+        found = [row.get(b"extra_attributes", row.get("extra_attributes")) or {} for row in rows]
+        return [{text(k): _value(v) for k, v in row.items()} for row in found]
+    # RESP2: the count, then a row per group of alternating names and values.
+    return [{text(row[i]): _value(row[i + 1]) for i in range(0, len(row), 2)} for row in raw[1:]]
+
+
+def _value(value: Any) -> Any:
+    return [text(v) for v in value] if isinstance(value, list) else text(value)
 
 
 def _info_map(info: Any) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from handlers.store.resp import parse_search
+from handlers.store.resp import parse_aggregate, parse_search
 
 
 def test_resp3_search_with_fields_and_scores() -> None:
@@ -61,3 +61,21 @@ def test_a_document_whose_key_went_between_match_and_load_is_left_out() -> None:
     assert parse_search(scored, with_scores=True).docs == [
         ("k2", {"type": "fact", "__score": "0.5"})
     ]
+
+
+def test_aggregate_rows_in_either_protocol() -> None:
+    resp2 = [
+        2,
+        [b"type", b"fact", b"n", b"3", b"tags", [b"a", b"b"]],
+        [b"type", b"note", b"n", b"1"],
+    ]
+    resp3 = {
+        b"total_results": 2,
+        b"results": [
+            {b"extra_attributes": {b"type": b"fact", b"n": b"3", b"tags": [b"a", b"b"]}},
+            {b"extra_attributes": {b"type": b"note", b"n": b"1"}},
+        ],
+    }
+    expected = [{"type": "fact", "n": "3", "tags": ["a", "b"]}, {"type": "note", "n": "1"}]
+    assert parse_aggregate(resp2) == expected
+    assert parse_aggregate(resp3) == expected
