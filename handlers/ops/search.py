@@ -183,7 +183,14 @@ async def ranked_candidates(
     if vec is not None and matches:
         full = (len(nearest) >= k, len(matches) >= k and not scored_among)
         extra, rescore = _missing(req, deps, c, matches, full, depth, now)
-    chosen = _could_make(req, deps, c, among, k, scored_among, read + SPARE_READS, now)
+    # In vector or text mode the one query's signal is the whole relevance: the ranking is
+    # final already, and the records to read are its best.
+    final = mode != "hybrid"
+    ranked = _ranked(mode, req, deps, c, now) if final else []
+    if final:
+        chosen = [r.id for r in ranked[: read + SPARE_READS]]
+    else:
+        chosen = _could_make(req, deps, c, among, k, scored_among, read + SPARE_READS, now)
     vectors = list(dict.fromkeys([*extra, *(chosen if req.diversify is not None else [])]))
     also: list[Queued[Any]] = [
         reads.vectors_queued(ns, vectors),
@@ -207,7 +214,9 @@ async def ranked_candidates(
             for mid in c.text_rank:
                 if mid not in c.cosines:
                     del c.pool[mid]  # a text match that could not rank
-    return RankedCandidates(mode, _ranked(mode, req, deps, c, now), vec, records, stored)
+    if not final:
+        ranked = _ranked(mode, req, deps, c, now)
+    return RankedCandidates(mode, ranked, vec, records, stored)
 
 
 def _add_matches(c: Candidates, matches: list[Candidate]) -> None:
@@ -263,13 +272,12 @@ def _could_make(
     depth: int,
     now: int,
 ) -> list[str]:
-    """The candidates that could be among the best `depth`, from what the queries told:
-    each one's lowest and highest possible final score (a signal not yet read, between 0
-    and the most it can be) against the `depth`-th best lowest. All of them for RRF, whose
-    ranks move with every score read."""
-    mode = req.mode or deps.settings.search_mode
+    """The hybrid candidates that could be among the best `depth`, from what the queries
+    told: each one's lowest and highest possible final score (a signal not yet read,
+    between 0 and the most it can be) against the `depth`-th best lowest. All of them for
+    RRF, whose ranks move with every score read."""
     live = [m for m in among.values() if m.expires_at > now]
-    if len(live) <= depth or (mode == "hybrid" and _fusion(req, deps) == "rrf"):
+    if len(live) <= depth or _fusion(req, deps) == "rrf":
         return [m.id for m in live]
     cos_cap = min(c.cosines.values()) if len(c.vec_rank) >= k and c.cosines else 1.0
     # Scored among the candidates, one without a text score holds none of the words.
@@ -282,13 +290,8 @@ def _could_make(
         cos_lo, cos_hi = (cos, cos) if cos is not None else (0.0, cos_cap)
         txt = c.texts.get(m.id)
         txt_lo, txt_hi = (txt, txt) if txt is not None else (0.0, txt_cap)
-        if mode == "vector":
-            lo, hi = cos_lo, cos_hi
-        elif mode == "text":
-            lo, hi = txt_lo, txt_hi
-        else:
-            lo = ranking.fuse_linear(cos_lo, txt_lo, alpha)
-            hi = ranking.fuse_linear(cos_hi, txt_hi, alpha)
+        lo = ranking.fuse_linear(cos_lo, txt_lo, alpha)
+        hi = ranking.fuse_linear(cos_hi, txt_hi, alpha)
         bounds.append((_final(m, lo, deps, now), _final(m, hi, deps, now), m.id))
     lows = sorted((lo for lo, _, _ in bounds), reverse=True)
     bar = lows[depth - 1]
