@@ -260,11 +260,14 @@ class Queries:
             seen = await self._tallies.overview(ns, scope, now_ms)
             if seen is not None:
                 return seen
-        await self._validity.end(ns, now_ms)
-        return Overview.of(await self.aggregate(ns, read_filter(now_ms, scope)))
+        where = read_filter(now_ms, scope)
+        return Overview.of(await self.aggregate(ns, where, ended_by=now_ms))
 
-    async def aggregate(self, ns: str, where: FilterExpression) -> list[TypeGroup]:
-        """Counts by type and scope side, tag lists and created_at bounds: no content."""
+    async def aggregate(
+        self, ns: str, where: FilterExpression, ended_by: int | None = None
+    ) -> list[TypeGroup]:
+        """Counts by type and scope side, tag lists and created_at bounds: no content (after
+        flagging the validities ended by `ended_by`, in the same round trip)."""
 
         async def commands(space: Namespace) -> list[list[Any]]:
             req = (
@@ -281,7 +284,7 @@ class Queries:
             )
             return [["FT.AGGREGATE", space.index.name, *req.build_args()]]
 
-        (reply,) = await self._on_index(ns, commands)
+        (reply,) = await self._on_index(ns, commands, ended_by)
         return [msgspec.convert(row, TypeGroup, strict=False) for row in parse_aggregate(reply)]
 
     async def search(

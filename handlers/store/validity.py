@@ -4,7 +4,7 @@ was learnt.
 Current reads leave out a memory whose validity has ended as they leave out a superseded
 one, through the same `superseded` flag: the writes keep the current memories that have an
 end in a sorted set (`retally` in the tallies' Lua), and a read first flags those whose end has
-passed (`end`, and `describe`'s and `list`'s tally reads), so a current read costs the one
+passed (`end_in`, and `describe`'s and `list`'s tally reads), so a current read costs the one
 negation it always did. `as_of` reads match the `vf`/`vu` index fields instead
 (`filters.valid_at`).
 
@@ -101,20 +101,14 @@ class Validity:
         self._backfill = client.register_script(VALIDITY_BACKFILL_LUA)
 
     def end_in(self, pipe: Any, ns: str, now_ms: int) -> None:
-        """Queue `end` into a pipeline, before the current read it prepares (`Queries`)."""
+        """Queue into a pipeline, before the current read it prepares (`Queries`), the flag
+        of the memories whose validity has ended by `now_ms` (a bounded batch)."""
         args = [now_ms, keys.record_prefix(ns)]
         pipe.execute_command("EVALSHA", self._ended.sha, 1, tally_prefix(ns), *args)
 
     async def load_scripts(self) -> None:
         """Load this room's scripts into Redis (after it lost them)."""
         await self.client.script_load(ENDED_LUA)
-
-    async def end(self, ns: str, now_ms: int) -> int:
-        """Flag the memories whose validity has ended by `now_ms` (a bounded batch); how
-        many there were."""
-        prefix = tally_prefix(ns)
-        async with self._guard():
-            return int(await self._ended(keys=[prefix], args=[now_ms, keys.record_prefix(ns)]))
 
     async def backfill(self, ns: str, now_ms: int, size: int = 200) -> int:
         """Give every memory of the namespace written before v3 its validity window, count
