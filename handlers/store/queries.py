@@ -41,7 +41,7 @@ from handlers.store.resp import Found, parse_aggregate, parse_search, text
 from handlers.store.schema import VECTOR_FIELD
 from handlers.store.tallies import Behind, Overview, Tallies
 from handlers.store.trip import Queued, Search
-from handlers.store.validity import Validity
+from handlers.store.validity import ENDED_LUA, Validity
 
 log = structlog.get_logger("membus.store")
 
@@ -82,6 +82,8 @@ class Queries:
         self._tallies = tallies
         self._validity = validity
         self._policy = HybridPolicy()
+        # The Lua sources this handler has loaded into Redis (`_load`).
+        self._loaded: set[str] = set()
 
     async def knn(
         self,
@@ -374,15 +376,26 @@ class Queries:
     ) -> tuple[list[Any], bool]:
         """The replies to `commands` and `also`'s, and whether the namespace has left the
         pool its queries read, in one round trip (a pipeline, when there is more than one
-        command)."""
+        command). The scripts it runs by SHA are loaded first, once: a script missing from
+        Redis fails the whole pipeline, and sending it all again doubles the work."""
+        sources = [ENDED_LUA] if ended_by is not None else []
+        sources += [src for queued in also for src in queued.scripts]
+        await self._load(sources)
         try:
             return await self._send_once(ns, space, commands, ended_by, also)
         except redis.exceptions.NoScriptError:
             # Redis lost its scripts (a restart, a failover): load them, then send again.
-            await self._validity.load_scripts()
-            for source in {src for queued in also for src in queued.scripts}:
-                await self.client.script_load(source)
+            self._loaded.clear()
+            await self._load(sources)
             return await self._send_once(ns, space, commands, ended_by, also)
+
+    async def _load(self, sources: list[str]) -> None:
+        """Load into Redis the scripts this handler has not loaded yet (on a cluster, on
+        every primary)."""
+        for source in sources:
+            if source not in self._loaded:
+                await self.client.script_load(source)
+                self._loaded.add(source)
 
     async def _send_once(
         self,

@@ -106,10 +106,6 @@ class Validity:
         args = [now_ms, keys.record_prefix(ns)]
         pipe.execute_command("EVALSHA", self._ended.sha, 1, tally_prefix(ns), *args)
 
-    async def load_scripts(self) -> None:
-        """Load this room's scripts into Redis (after it lost them)."""
-        await self.client.script_load(ENDED_LUA)
-
     async def backfill(self, ns: str, now_ms: int, size: int = 200) -> int:
         """Give every memory of the namespace written before v3 its validity window, count
         each memory's window in the tallies (`as_of` lists), then mark the namespace
