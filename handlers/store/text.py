@@ -212,18 +212,22 @@ class Text:
 
         self._background.run(count(), "store.count_words_failed")
 
-    async def word_counts(self, ns: str, terms: list[str]) -> tuple[int, list[int]]:
-        """How many memories were written, and how many of them with each of `terms`: counts
-        of writes, so a deleted or expired memory still counts (the caller scales them).
-        Estimates, so kept here for a few seconds (COUNTS_TTL_S): a warm search asks Redis
-        for none of them."""
+    def _kept(self, ns: str) -> dict[str, int]:
+        """The namespace's counts this handler keeps, started afresh every COUNTS_TTL_S."""
         now = asyncio.get_running_loop().time()
         kept = self._counts.get(ns)
         if kept is None or kept[0] <= now:
             if len(self._counts) > COUNTS_KEPT:
                 self._counts.clear()
             kept = self._counts[ns] = (now + COUNTS_TTL_S, {})
-        counts = kept[1]
+        return kept[1]
+
+    async def word_counts(self, ns: str, terms: list[str]) -> tuple[int, list[int]]:
+        """How many memories were written, and how many of them with each of `terms`: counts
+        of writes, so a deleted or expired memory still counts (the caller scales them).
+        Estimates, so kept here for a few seconds (COUNTS_TTL_S): a warm search asks Redis
+        for none of them."""
+        counts = self._kept(ns)
         missing = [t for t in dict.fromkeys([WORDS_TOTAL, *terms]) if t not in counts]
         if missing:
             async with self._guard():
@@ -246,7 +250,7 @@ class Text:
         # Counts are of the memories written since the counts started (deleted and expired
         # ones included): a word's share of those, times the memories live, estimates its
         # memories.
-        kept = self._counts[ns][1]  # filled by word_counts just now
+        kept = self._kept(ns)
         if _LIVE not in kept:
             kept[_LIVE] = await self._queries.live_total(ns)
         live = kept[_LIVE]
