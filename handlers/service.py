@@ -42,6 +42,7 @@ from handlers.store import layout
 from handlers.store.cluster import Cluster, is_cluster_url
 from handlers.store.failures import is_connection_error, is_loading
 from handlers.store.keys import EMBED_CACHE
+from handlers.store.packing import packed
 from handlers.store.store import Store
 from handlers.tracing import (
     EXTRA_HINT,
@@ -74,6 +75,7 @@ def redis_client(url: str, max_connections: int = 144) -> aioredis.Redis:
         health_check_interval=15,
         retry=Retry(ExponentialBackoff(cap=0.2, base=0.02), retries=1),
     )
+    pool.connection_class = packed(pool.connection_class)
     # from_pool: closing the client also closes the pool's connections.
     return aioredis.Redis.from_pool(pool)
 

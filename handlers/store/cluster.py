@@ -26,8 +26,10 @@ from typing import Any
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.connection import Connection
 
 from handlers.store import keys
+from handlers.store.packing import packed
 
 
 def is_cluster(client: Any) -> bool:
@@ -48,6 +50,15 @@ class Cluster(RedisCluster):
 
     # Made on first use, inside the event loop that runs the commands.
     _one: asyncio.Lock | None = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Pack commands in C (`packing`): the nodes found later are made with these
+        # arguments, the start-up nodes already were.
+        kwargs_ = self.nodes_manager.connection_kwargs
+        kwargs_["connection_class"] = packed(kwargs_.get("connection_class", Connection))
+        for node in self.nodes_manager.startup_nodes.values():
+            node.connection_class = packed(node.connection_class)
 
     async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
         if self._one is None:
