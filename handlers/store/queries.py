@@ -34,7 +34,7 @@ from handlers.store.record import (
     Record,
     Summary,
     TypeGroup,
-    decode,
+    decode_all,
     storage_fields,
 )
 from handlers.store.resp import Found, parse_aggregate, parse_search, text
@@ -58,13 +58,14 @@ class Page(NamedTuple, Generic[S]):
 
 def decode_docs(ns: str, found: Found, shape: type[D]) -> list[D]:
     """An FT.SEARCH page as Structs (each document's id comes from its key)."""
-    out = []
+    prefix = keys.record_prefix(ns)
+    stored = []
     for key, fields in found.docs:
         if not fields:  # its key expired between the match and the load
             continue
-        fields["id"] = keys.id_of(ns, key)
-        out.append(decode(shape, fields))
-    return out
+        fields["id"] = key.removeprefix(prefix)
+        stored.append(fields)
+    return decode_all(shape, stored)
 
 
 class Queries:

@@ -21,7 +21,10 @@ class Found:
 
 
 def pairs(flat: list[Any]) -> dict[str, str]:
-    return {text(flat[i]): text(flat[i + 1]) for i in range(0, len(flat), 2)}
+    try:  # the hot path: every field of every candidate comes as bytes
+        return {k.decode(): v.decode() for k, v in zip(flat[::2], flat[1::2], strict=True)}
+    except AttributeError:  # a client that decodes replies itself
+        return {text(flat[i]): text(flat[i + 1]) for i in range(0, len(flat), 2)}
 
 
 def parse_search(raw: Any, with_scores: bool = False) -> Found:
