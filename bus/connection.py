@@ -38,6 +38,9 @@ class _Envelope(msgspec.Struct):
     success: bool = False
     code: str = "internal"
     error: str = ""
+    # v4 `conflict` over a memory's version.
+    id: str | None = None
+    current_version: int | None = None
 
 
 _encoder = msgspec.json.Encoder()
@@ -149,7 +152,7 @@ class Connection:
             data = await self._send(op, subject, body, headers)
             env = _envelope.decode(data)
             if not env.success:
-                raise error_for(env.code, env.error)
+                raise error_for(env.code, env.error, env.id, env.current_version)
             return _decoder(reply_type).decode(data)
 
     async def request_raw(self, op: str, body: Request | bytes) -> bytes:

@@ -26,7 +26,23 @@ class NotFound(BusError):
 
 
 class Conflict(BusError):
+    """A unique name taken, or (v4) a conditional write that found the memory changed: then
+    `id` is the memory and `current_version` its version now (0: no current memory holds
+    the key a keyed add expected); otherwise both are None."""
+
     code = "conflict"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        id: str | None = None,
+        current_version: int | None = None,
+    ) -> None:
+        super().__init__(message, code=code)
+        self.id = id
+        self.current_version = current_version
 
 
 class TooLarge(BusError):
@@ -59,7 +75,11 @@ _BY_CODE: dict[str, type[BusError]] = {
 }
 
 
-def error_for(code: str, message: str) -> BusError:
+def error_for(
+    code: str, message: str, id: str | None = None, current_version: int | None = None
+) -> BusError:
+    if code == Conflict.code:
+        return Conflict(message, id=id, current_version=current_version)
     cls = _BY_CODE.get(code)
     # An unknown code from a newer server still raises a BusError with that code.
     return cls(message) if cls is not None else BusError(message, code=code)

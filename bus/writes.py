@@ -168,6 +168,7 @@ class AgentWrites(AgentHandle):
         ttl_s: int | None = None,
         valid_from: datetime | msgspec.UnsetType | None = msgspec.UNSET,
         valid_until: datetime | msgspec.UnsetType | None = msgspec.UNSET,
+        expected_version: int | None = None,
     ) -> UpdateRequest:
         """The request of `update` (see it), with this handle's identity."""
         return _build(
@@ -179,6 +180,7 @@ class AgentWrites(AgentHandle):
             ttl_s=ttl_s,
             valid_from=valid_from,
             valid_until=valid_until,
+            expected_version=expected_version,
             agent_id=self._agent_id,
             context=self._context,
         )
@@ -188,7 +190,9 @@ class AgentWrites(AgentHandle):
         UpdateReply,
         update_request,
         """Change one memory; `ttl_s=0` makes it permanent; `valid_until=None` (or
-        `valid_from=None`) opens that validity bound. Unknown id: `NotFound`.
+        `valid_from=None`) opens that validity bound. Unknown id: `NotFound`. With
+        `expected_version`, only if the memory is still at that version (else `Conflict`,
+        whose `current_version` says where it is now).
         Through JetStream: `mem.durable.update(...)` (an unknown id then comes back as a
         `rejected` event).""",
     )

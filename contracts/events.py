@@ -24,6 +24,8 @@ class Event(msgspec.Struct, kw_only=True):
     store: MemoryStore = "private"
     # The durable write's `Nats-Msg-Id` that made this change (absent for request/reply).
     request_id: str | msgspec.UnsetType = msgspec.UNSET
+    # v4: the memory's version after this change (a deleted memory's last one).
+    version: int = 1
 
 
 class RejectedEvent(msgspec.Struct, kw_only=True):

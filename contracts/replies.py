@@ -54,6 +54,9 @@ class Memory(msgspec.Struct, kw_only=True):
     valid_until: datetime | None = None
     # v3: forgotten this long after its last access (`expires_at` then moves with reads).
     idle_ttl_s: int | None = None
+    # v4: 1 when added, +1 on every write that changes it (reads never do); what
+    # `expected_version` is checked against.
+    version: int = 1
 
 
 class ScoredMemory(Memory, kw_only=True):
@@ -96,6 +99,10 @@ class ErrorReply(Reply, kw_only=True):
     success: bool = False
     code: str
     error: str
+    # v4, on a `conflict` over a memory's version: the memory, and its version now (0 when
+    # no current memory holds the key a keyed add expected).
+    id: str | msgspec.UnsetType = msgspec.UNSET
+    current_version: int | msgspec.UnsetType = msgspec.UNSET
 
 
 class AddReply(Reply, kw_only=True):
@@ -112,6 +119,8 @@ class AddReply(Reply, kw_only=True):
     # The kinds of secret replaced by `[redacted:<kind>]` in what was stored (v3); absent
     # when none was.
     redacted: list[str] | msgspec.UnsetType = msgspec.UNSET
+    # v4: the memory's version after this add (1 when new; a repeat's after its mention).
+    version: int = 1
 
 
 class Neighbour(msgspec.Struct, kw_only=True):
@@ -158,6 +167,8 @@ class UpdateReply(Reply, kw_only=True):
     expires_at: datetime | None
     # As on AddReply: the kinds of secret redacted from the new content (v3).
     redacted: list[str] | msgspec.UnsetType = msgspec.UNSET
+    # v4: the memory's version after this update.
+    version: int = 1
 
 
 class SearchReply(Reply, kw_only=True):

@@ -16,6 +16,7 @@ from contracts.fields import (
     AgentId,
     Description,
     Embedding,
+    ExpectedVersion,
     Facts,
     Files,
     Fusion,
@@ -190,6 +191,8 @@ class UpdateRequest(Request, kw_only=True):
     # v3: a new validity bound; null opens it (absent: unchanged).
     valid_from: datetime | msgspec.UnsetType | None = msgspec.UNSET
     valid_until: datetime | msgspec.UnsetType | None = msgspec.UNSET
+    # v4: write only if the memory is at this version then (else `conflict`).
+    expected_version: ExpectedVersion | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -222,6 +225,8 @@ class ApplySupersede(AddRequest, tag="supersede", tag_field="action", kw_only=Tr
     """Add a memory that supersedes memory `id` (the fields of `add`)."""
 
     id: MemoryId
+    # v4: supersede only if memory `id` is at this version then (else `conflict`).
+    expected_version: ExpectedVersion | None = None
 
 
 class ApplyDelete(
@@ -235,6 +240,8 @@ class ApplyDelete(
     """Delete memory `id`."""
 
     id: MemoryId
+    # v4: delete only if the memory is at this version then (else `conflict`).
+    expected_version: ExpectedVersion | None = None
 
 
 ApplyAction = ApplyAdd | ApplyUpdate | ApplySupersede | ApplyDelete
@@ -622,6 +629,8 @@ class ImportedMemory(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     valid_from: datetime | None = None
     valid_until: datetime | None = None
     idle_ttl_s: IdleTtlSeconds | None = None
+    # v4: kept, so that an export and import round trip leaves versions as they were.
+    version: Annotated[int, msgspec.Meta(ge=1, le=limits.MAX_COUNT)] = 1
 
     def __post_init__(self) -> None:
         nfc_names(self)

@@ -27,7 +27,7 @@ from contracts.subjects import (
     is_valid_namespace,
     parse_request_subject,
 )
-from handlers.errors import Forbidden, HandlerError, InvalidRequest, TooLarge
+from handlers.errors import Forbidden, HandlerError, InvalidRequest, TooLarge, VersionConflict
 from handlers.fit import fitted
 from handlers.ops import HANDLERS, Deps
 from handlers.ops.checks import check_context
@@ -166,6 +166,15 @@ def _result_count(reply: msgspec.Struct) -> int | None:
 
 
 def error_body(error: HandlerError) -> bytes:
+    if isinstance(error, VersionConflict):
+        return _encoder.encode(
+            ErrorReply(
+                code=error.code,
+                error=error.message,
+                id=error.memory_id,
+                current_version=error.current_version,
+            )
+        )
     return _encoder.encode(ErrorReply(code=error.code, error=error.message))
 
 

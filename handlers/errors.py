@@ -28,6 +28,16 @@ class Conflict(HandlerError):
     status = "409"
 
 
+class VersionConflict(Conflict):
+    """v4: a conditional write found the memory at another version (or superseded); the
+    reply carries the memory's id and its version now."""
+
+    def __init__(self, message: str, memory_id: str, current_version: int) -> None:
+        super().__init__(message)
+        self.memory_id = memory_id
+        self.current_version = current_version
+
+
 class TooLarge(HandlerError):
     code = "too_large"
     status = "413"

@@ -141,6 +141,11 @@ FIELD_TEXTS: dict[str, dict[str, str]] = {
         "ttl_s": "Forget it this many seconds from now; 0 = keep forever.",
         "valid_from": _VALID_FROM + " null: from when it was stored.",
         "valid_until": _VALID_UNTIL + " null: still holds.",
+        "expected_version": (
+            "The memory's `version` as you last read it: the update applies only if nobody"
+            " changed it since (else a conflict error with its current version; read it"
+            " again and decide)."
+        ),
     },
     "memory_delete": {"ids": "The ids of the memories to delete."},
     "memory_timeline": {
@@ -174,7 +179,8 @@ FIELD_TEXTS: dict[str, dict[str, str]] = {
             ' {"action": "add", "type", "content", ...memory_add fields},'
             ' {"action": "supersede", "id": <target from memory_reconcile>, "type", "content",'
             ' ...}, {"action": "update", "id", ...memory_update fields} or'
-            ' {"action": "delete", "id"}.'
+            ' {"action": "delete", "id"}. `expected_version` on update, supersede and delete:'
+            " only at that version of the memory (else the batch is a conflict)."
         ),
         "workspace": _WORKSPACE_FILTER,
     },

@@ -27,14 +27,28 @@ from contracts.messages import (
     ApplyUpdate,
 )
 from contracts.types import STATE_TYPE
-from handlers.errors import Conflict, HandlerError, InvalidRequest, NotFound, Unavailable
+from handlers.errors import (
+    Conflict,
+    HandlerError,
+    InvalidRequest,
+    NotFound,
+    Unavailable,
+    VersionConflict,
+)
 from handlers.ops.deps import Deps
 from handlers.ops.events import publish_event
 from handlers.ops.history import entry
 from handlers.ops.registry import handles
 from handlers.ops.replies import one_of
 from handlers.ops.workspaces import state_is_immutable
-from handlers.ops.writes import PreparedUpdate, missing_memory, prepare_add, prepare_update
+from handlers.ops.writes import (
+    PreparedUpdate,
+    missing_memory,
+    prepare_add,
+    prepare_update,
+    superseded_already,
+    version_moved,
+)
 from handlers.store.batch import Refused, Step
 from handlers.store.reads import record_row
 from handlers.store.record import Record
@@ -94,6 +108,9 @@ async def _apply_once(ns: str, req: ApplyRequest, deps: Deps) -> ApplyReply:
             planned.append(await _plan(ns, i, action, req, deps, now))
         except NotFound as exc:
             raise NotFound(f"actions[{i}] ({_kind(action)}): {exc.message}") from None
+        except VersionConflict as exc:
+            where = f"actions[{i}] ({_kind(action)}): "
+            raise VersionConflict(where + exc.message, exc.memory_id, exc.current_version) from None
         except Unavailable:
             raise
         except HandlerError as exc:
@@ -119,13 +136,18 @@ async def _plan(
             action, agent_id=action.agent_id or req.agent_id, context=action.context or req.context
         )
         prepared = await prepare_update(ns, upd, deps, now)
-        step = Step.update(i, ns, prepared.old, prepared.new, prepared.vec, now, prepared.entry)
+        step = Step.update(
+            i, ns, prepared.old, prepared.new, prepared.vec, now, prepared.entry,
+            action.expected_version,
+        )  # fmt: skip
         return _Planned([step], updated=prepared)
     if isinstance(action, ApplyDelete):
-        await _live_target(ns, action.id, deps, now, _kind(action))
+        await _live_target(ns, action, deps, now)
         gone = entry("deleted", now, req)
         keep_ms = deps.settings.history_after_delete_s * 1000
-        step = Step.delete(i, ns, action.id, now, gone, keep_ms, STATE_TYPE)
+        step = Step.delete(
+            i, ns, action.id, now, gone, keep_ms, STATE_TYPE, action.expected_version
+        )
         return _Planned([step], deleted=action.id)
     if action.supersedes or action.dedup == "semantic":
         raise InvalidRequest(
@@ -135,7 +157,7 @@ async def _plan(
         )
     add = _as_add(action, req)
     if isinstance(action, ApplySupersede):
-        await _live_target(ns, action.id, deps, now, _kind(action))
+        await _live_target(ns, action, deps, now)
         # The new memory is always a memory of its own: were it a repeat of a live one,
         # that one would supersede the target, and might be the target itself.
         add = msgspec.structs.replace(add, dedup="none")
@@ -144,7 +166,9 @@ async def _plan(
     if isinstance(action, ApplySupersede):
         closed = entry("superseded", now, add, add.agent_id)
         start = rec.valid_from if rec.valid_from is not None else rec.created_at
-        steps.append(Step.supersede(i, ns, action.id, rec.id, start, now, closed))
+        steps.append(
+            Step.supersede(i, ns, action.id, rec.id, start, now, closed, action.expected_version)
+        )
     return _Planned(steps, added=rec)
 
 
@@ -158,14 +182,19 @@ def _as_add(action: ApplyAdd | ApplySupersede, req: ApplyRequest) -> AddRequest:
     return AddRequest(**fields)
 
 
-async def _live_target(ns: str, memory_id: str, deps: Deps, now: int, op: str) -> None:
+async def _live_target(ns: str, action: ApplySupersede | ApplyDelete, deps: Deps, now: int) -> None:
     """A live memory in a store the caller sees (else not found, so that no id leaks
-    across trust levels), and not a state."""
-    rec = await deps.store.reads.read(ns, memory_id, now)
+    across trust levels), not a state, at the version the action expects, and (for a
+    supersede) not superseded already. The batch's script checks it all again."""
+    rec = await deps.store.reads.read(ns, action.id, now)
     if rec is None or not deps.access.sees(rec.store):
-        raise missing_memory(ns, memory_id)
+        raise missing_memory(ns, action.id)
     if rec.type == STATE_TYPE:
-        raise state_is_immutable(memory_id, op)
+        raise state_is_immutable(action.id, _kind(action))
+    if action.expected_version is not None and rec.version != action.expected_version:
+        raise version_moved(action.id, action.expected_version, rec.version)
+    if isinstance(action, ApplySupersede) and rec.superseded_by:
+        raise superseded_already(ns, action.id, rec.version)
 
 
 def _kind(action: ApplyAction) -> ActionKind:
@@ -184,6 +213,22 @@ def _refusal(ns: str, req: ApplyRequest, exc: Refused) -> HandlerError:
         return InvalidRequest(f"{where}: {state_is_immutable(str(target), 'apply').message}")
     if exc.why == "unset":
         return Conflict(f"{where}: the namespace was being set up again; retry the batch.")
+    if exc.why in ("version", "superseded"):
+        version = int(exc.detail)
+        if exc.why == "superseded":
+            error = superseded_already(ns, str(target), version)
+        else:
+            error = version_moved(
+                str(target), getattr(action, "expected_version", None) or 0, version
+            )
+        return VersionConflict(f"{where}: {error.message}", str(target), version)
+    if exc.why == "meets":
+        return Conflict(
+            f"{where}: this add repeats memory {exc.detail!r} (its exact content is live there),"
+            " which another action of the batch changes: the two would meet on one memory."
+            " Nothing was written: drop one of the two actions, or add with"
+            ' `dedup: "none"`.'
+        )
     return Conflict(
         f"{where}: memory {target!r} changed while the batch was prepared ({exc.why});"
         " nothing was written: retry it."

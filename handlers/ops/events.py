@@ -32,6 +32,7 @@ async def publish_event(
         workspace=rec.workspace if rec.workspace is not None else msgspec.UNSET,
         store=wire_store(rec),
         request_id=deps.write.request_id if deps.write is not None else msgspec.UNSET,
+        version=rec.version,
     )
     subject = event_subject(ns, rec.workflow_id, rec.type, action)
     await deps.publish(subject, _encoder.encode(event))

@@ -24,7 +24,7 @@ from contracts.messages import (
     compose_content,
 )
 from contracts.types import STATE_TYPE
-from handlers.errors import Forbidden, InvalidRequest, NotFound
+from handlers.errors import Conflict, Forbidden, InvalidRequest, NotFound, VersionConflict
 from handlers.ops.checks import (
     check_content,
     check_metadata,
@@ -44,10 +44,12 @@ from handlers.ops.scoping import read_scope, storage_workflow
 from handlers.ops.secrets import Secrets
 from handlers.ops.vectors import request_vector
 from handlers.ops.workspaces import state_is_immutable, workspace_not_found
+from handlers.store.batch import Refused, Step
 from handlers.store.filters import ReadScope, in_store, read_filter
 from handlers.store.ids import derived_id, new_id
+from handlers.store.reads import record_row
 from handlers.store.record import PERMANENT_MS, Entry, Record, lifetime
-from handlers.store.writes import AlreadyApplied, Immutable
+from handlers.store.writes import AlreadyApplied, Immutable, Stale
 
 # clear_by_type deletes in batches this small, so that Redis (which runs each batch's script
 # alone) keeps serving others between them, and stops after CLEAR_BUDGET_S, so that one call
@@ -88,7 +90,94 @@ def _added(rec: Record, repeated: bool = False) -> AddReply:
         expires_at=expiry_dt(rec.expires_at),
         duplicate_of=rec.id if repeated else None,
         mention_count=rec.mention_count,
+        version=rec.version,
     )
+
+
+def superseded_already(ns: str, memory_id: str, version: int) -> VersionConflict:
+    return VersionConflict(
+        f'Memory "{memory_id}" is superseded already (version {version}): a memory is'
+        " superseded once, and nothing was written. Use mem."
+        f"{ns}.get to see what supersedes it (`superseded_by`), and supersede that one.",
+        memory_id,
+        version,
+    )
+
+
+def version_moved(memory_id: str, expected: int, version: int) -> VersionConflict:
+    return VersionConflict(
+        f'Memory "{memory_id}" is at version {version}, not {expected}: it changed since you'
+        " read it, and nothing was written. Read it again and retry with"
+        f" expected_version {version} if your change still applies.",
+        memory_id,
+        version,
+    )
+
+
+async def _check_current(ns: str, ids: list[str], deps: Deps) -> None:
+    """Refuse (`conflict`) a supersede of memories that are superseded already."""
+    now = deps.clock()
+    for mid in dict.fromkeys(ids):
+        rec = await deps.store.reads.read(ns, mid, now)
+        if rec is not None and rec.superseded_by and deps.access.sees(rec.store):
+            raise superseded_already(ns, mid, rec.version)
+
+
+async def _write_superseding(
+    ns: str, req: AddRequest, rec: Record, vec: np.ndarray, deps: Deps
+) -> AddReply:
+    """An add with `supersedes`: the memory (or the live one it repeats) and the supersede
+    of every target in one atomic step (`Batches.apply`), so that a target superseded by
+    another writer meanwhile refuses the whole add (`conflict`), and two adds superseding
+    one memory leave one successor. Targets missing or unseen are reported in `missing`."""
+    now = rec.created_at
+    targets = [mid for mid in dict.fromkeys(req.supersedes) if mid != rec.id]
+    missing = await unseen_ids(ns, targets, deps)
+    added = entry("added", now, req, req.agent_id)
+    closed = entry("superseded", now, req, req.agent_id)
+    start = rec.valid_from if rec.valid_from is not None else rec.created_at
+    while True:
+        live = [mid for mid in targets if mid not in missing]
+        steps = [Step.add(0, ns, rec, vec, now, added)]
+        steps += [
+            Step.supersede(i, ns, mid, rec.id, start, now, closed, follows=True)
+            for i, mid in enumerate(live, 1)
+        ]
+        try:
+            out = await deps.store.batches.apply(ns, steps, now, STATE_TYPE)
+            break
+        except Refused as exc:
+            mid = live[exc.action - 1] if exc.action else rec.id
+            if exc.why == "missing":
+                missing.add(mid)  # gone since: the others are superseded without it
+            elif exc.why == "exists":  # the same durable add, written meanwhile
+                done = await deps.store.reads.read(ns, rec.id, now)
+                return _added(done or rec)
+            elif exc.why == "superseded":
+                raise superseded_already(ns, mid, int(exc.detail)) from None
+            elif exc.why == "immutable":
+                raise state_is_immutable(mid, "supersedes") from None
+            else:
+                raise Conflict(
+                    "The namespace was being set up again while this add was written;"
+                    " nothing was written: retry it."
+                ) from None
+    repeat = record_row(out[0]) if isinstance(out[0], list) else None
+    if repeat is not None:
+        reply = _added(repeat, repeated=True)
+        await publish_event(deps, ns, "updated", repeat, now)
+    else:
+        reply = _added(rec)
+        await publish_event(deps, ns, "added", rec, now)
+    for mid, got in zip(live, out[1:], strict=True):
+        old = record_row(got[0]) if isinstance(got, list) and isinstance(got[0], list) else None
+        if old is None:
+            reply.missing.append(mid)  # the memory it repeated is that one: none supersedes itself
+        else:
+            reply.superseded.append(mid)
+            await publish_event(deps, ns, "updated", old, now, agent_id=req.agent_id)
+    reply.missing.extend(mid for mid in req.supersedes if mid in missing or mid == rec.id)
+    return reply
 
 
 async def _repeated(ns: str, rec: Record, deps: Deps, now: int) -> AddReply:
@@ -159,9 +248,12 @@ async def add(ns: str, req: AddRequest, deps: Deps) -> AddReply:
             if type_ == STATE_TYPE:
                 raise state_is_immutable(mid, "supersedes")
     rec, vec, secrets = await prepare_add(ns, req, deps, durable_id)
-    if req.dedup != "semantic":
+    if req.supersedes and req.dedup != "semantic":
+        reply = await _write_superseding(ns, req, rec, vec, deps)
+    elif req.dedup != "semantic":
         reply = await _write(ns, req, rec, vec, deps)
     else:
+        await _check_current(ns, req.supersedes, deps)
         # The near-duplicate check and the write are one step across handlers: two similar
         # adds at the same moment must not both miss each other. Exact repeats need no lock.
         lock = f"dedup:{req.type}:{rec.workflow_id or ''}:{rec.store}"
@@ -171,7 +263,7 @@ async def add(ns: str, req: AddRequest, deps: Deps) -> AddReply:
                 reply = await _repeated(ns, near, deps, deps.clock())
             else:
                 reply = await _write(ns, req, rec, vec, deps)
-    if req.supersedes:
+    if req.supersedes and req.dedup == "semantic":
         await _supersede(ns, req, reply, deps, rec.valid_from or rec.created_at)
     if secrets.redacted:
         reply = msgspec.structs.replace(reply, redacted=secrets.redacted)
@@ -281,6 +373,8 @@ async def _supersede(ns: str, req: AddRequest, reply: AddReply, deps: Deps, star
         ns, ids, reply.id, start_ms, now, entry("superseded", now, req, req.agent_id)
     )
     for mid, rec in zip(ids, done, strict=True):
+        if isinstance(rec, int):
+            raise superseded_already(ns, mid, rec)
         if rec is None:
             reply.missing.append(mid)
         else:
@@ -358,6 +452,7 @@ def _updated(rec: Record, at_ms: int) -> UpdateReply:
         importance=rec.importance,
         updated_at=ms_to_dt(at_ms),
         expires_at=expiry_dt(rec.expires_at),
+        version=rec.version,
     )
 
 
@@ -377,8 +472,15 @@ async def _update(
 ) -> UpdateReply:
     now = deps.clock()
     old, new, vec, done, secrets = await prepare_update(ns, req, deps, now)
-    if not await deps.store.writes.update(ns, old, new, vec, now, done, marks):
+    try:
+        version = await deps.store.writes.update(
+            ns, old, new, vec, now, done, marks, req.expected_version
+        )
+    except Stale as exc:
+        raise version_moved(req.id, req.expected_version or 0, exc.version) from None
+    if version is None:
         raise missing_memory(ns, req.id)
+    new = msgspec.structs.replace(new, version=version)
     await publish_event(deps, ns, "updated", new, now, agent_id=req.agent_id)
     reply = _updated(new, now)
     if secrets.redacted:
@@ -394,7 +496,9 @@ async def prepare_update(ns: str, req: UpdateRequest, deps: Deps, now: int) -> P
         raise missing_memory(ns, req.id)
     if old.type == STATE_TYPE:
         raise state_is_immutable(old.id, "update")
-    new = msgspec.structs.replace(old, updated_at=now)
+    if req.expected_version is not None and old.version != req.expected_version:
+        raise version_moved(old.id, req.expected_version, old.version)
+    new = msgspec.structs.replace(old, updated_at=now, version=old.version + 1)
     vec = None
     secrets = Secrets(deps.settings.secrets)
     if req.content is not None:

@@ -80,6 +80,9 @@ class Record(Summary, kw_only=True):
     # v3 idleness (`idle_ttl_s`): never kept past `ttl_until` (its TTL's end; None: none).
     # `expires_at` is then the index's bound (`idle_expiry`).
     ttl_until: int | None = None
+    # v4: 1 when added, +1 on every write that changes the record (the write scripts bump
+    # it); a hash without the field (written before v4) is at version 1.
+    version: int = 1
 
 
 class Candidate(

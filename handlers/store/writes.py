@@ -49,6 +49,22 @@ end
 )
 
 
+# v4 versions: a hash without the field (written before v4) is at version 1; every write
+# that changes a record bumps it.
+VERSION = fragment(
+    """
+local function version_of(rec)
+  return tonumber(redis.call('HGET', rec, '$version') or '1')
+end
+local function bump(rec)
+  local v = version_of(rec) + 1
+  redis.call('HSET', rec, '$version', v)
+  return v
+end
+"""
+)
+
+
 # Delete live memories (record, access and dedup keys) and return each one's fields,
 # atomically, so that two concurrent deletes report (and publish) each memory once. The
 # history gets a `deleted` entry and outlives the memory by ARGV[4] ms. Memories of the
@@ -127,6 +143,7 @@ if existing then
   if f[1] and tonumber(f[1]) > now and held then
     local count = redis.call('HINCRBY', old, '$mention_count', 1)
     redis.call('HSET', old, '$updated_at', ARGV[1])
+    bump(old)
     local entry = cjson.decode(ARGV[5])
     entry['event'] = 'mentioned'
     entry['changes'] = {mention_count = {old = count - 1, new = count}}
@@ -155,6 +172,7 @@ return false
 """
 ADD_LUA = lua(
     FOLLOW,
+    VERSION,
     POOLED,
     TALLY,
     ADD,
@@ -167,12 +185,14 @@ ADD_LUA = lua(
 # field values after the mention.
 MENTION_LUA = lua(
     FOLLOW,
+    VERSION,
     """
 local f = redis.call('HMGET', KEYS[1], '$expires_at', '$id', '$workspace')
 if not f[2] or tonumber(f[1]) <= tonumber(ARGV[1]) then return false end
 if (f[3] or '') ~= ARGV[3] then return false end
 local count = redis.call('HINCRBY', KEYS[1], '$mention_count', 1)
 redis.call('HSET', KEYS[1], '$updated_at', ARGV[1])
+bump(KEYS[1])
 local entry = cjson.decode(ARGV[2])
 entry['event'] = 'mentioned'
 entry['changes'] = {mention_count = {old = count - 1, new = count}}
@@ -188,8 +208,10 @@ return redis.call('HMGET', KEYS[1], unpack(fields))
 # Update a live memory: set fields, move its dedup key, append the history entry, and
 # re-apply expiry to every key. KEYS: record, access, old dedup key, new dedup key, history,
 # the namespace's tally prefix (the memory is counted as it is after the update).
-# ARGV: now, expiry ('keep', 'persist' or ms), the history entry, then field/value pairs.
-# Returns false when the memory is missing or expired.
+# ARGV: now, expiry ('keep', 'persist' or ms), the history entry, the version expected ('' for
+# any), then field/value pairs. Returns false when the memory is missing or expired,
+# {'conflict', version} when it is at another version than expected (nothing written), else
+# its new version.
 UPDATE = """
 local rec, acc, olddk, newdk, hist = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 if string.sub(olddk, -1) == ':' then olddk = '' end
@@ -197,8 +219,10 @@ if string.sub(newdk, -1) == ':' then newdk = '' end
 local now = tonumber(ARGV[1])
 local f = redis.call('HMGET', rec, '$id', '$expires_at')
 if not f[1] or tonumber(f[2]) <= now then return false end
+local v = version_of(rec)
+if ARGV[4] ~= '' and tonumber(ARGV[4]) ~= v then return {'conflict', v} end
 local pairs = {}
-for j = 4, #ARGV do pairs[#pairs + 1] = ARGV[j] end
+for j = 5, #ARGV do pairs[#pairs + 1] = ARGV[j] end
 if #pairs > 0 then redis.call('HSET', rec, unpack(pairs)) end
 if olddk ~= newdk and newdk ~= '' then
   if olddk ~= '' and redis.call('GET', olddk) == f[1] then redis.call('DEL', olddk) end
@@ -214,9 +238,11 @@ for _, k in ipairs(keys) do
   elseif tonumber(t) > 0 then redis.call('PEXPIREAT', k, t) end
 end
 retally(KEYS[6], f[1], rec, now)
-return 1
+redis.call('HSET', rec, '$version', v + 1)
+return v + 1
 """
 UPDATE_LUA = lua(
+    VERSION,
     TALLY,
     UPDATE,
 )
@@ -230,7 +256,8 @@ UPDATE_LUA = lua(
 # KEYS: record and history key of each memory, then the namespace's tally prefix. ARGV: now,
 # the newer id, the history entry, the dedup key prefix, the newer memory's start (ms), n,
 # the n field/value pairs to set (2n values), then the fields to return, `expires_at` first.
-# Each result is false (missing or expired) or the values.
+# Each result is false (missing or expired), {'conflict', version} when it is superseded
+# already (nothing written to it), or the values.
 SUPERSEDE = """
 local out = {}
 local now = tonumber(ARGV[1])
@@ -243,9 +270,12 @@ for i = 1, #KEYS - 1, 2 do
   local rec, hist = KEYS[i], KEYS[i + 1]
   local f = redis.call('HMGET', rec, '$id', '$expires_at', '$superseded_by', '$content_hash',
     'vf', 'vu', '$valid_until')
-  if f[1] and tonumber(f[2]) > now then
+  if f[1] and tonumber(f[2]) > now and f[3] and f[3] ~= '' then
+    out[#out + 1] = {'conflict', version_of(rec)}
+  elseif f[1] and tonumber(f[2]) > now then
     redis.call('HSET', rec, unpack(pairs))
-    redis.call('HSET', rec, '$updated_at', ARGV[1])
+    redis.call('HSET', rec, '$updated_at', ARGV[1], '$superseded_by', ARGV[2])
+    bump(rec)
     if f[4] and redis.call('GET', ARGV[4] .. f[4]) == f[1] then
       redis.call('DEL', ARGV[4] .. f[4])
     end
@@ -268,6 +298,7 @@ return out
 """
 SUPERSEDE_LUA = lua(
     FOLLOW,
+    VERSION,
     TALLY,
     SUPERSEDE,
 )
@@ -290,6 +321,23 @@ class Immutable(Exception):
     def __init__(self, memory_id: str) -> None:
         super().__init__(memory_id)
         self.memory_id = memory_id
+
+
+class Stale(Exception):
+    """v4: a conditional write found the memory at another version than expected, or a
+    supersede found it superseded already: nothing was written to it."""
+
+    def __init__(self, memory_id: str, version: int) -> None:
+        super().__init__(memory_id, version)
+        self.memory_id = memory_id
+        self.version = version
+
+
+def conflict_of(row: Any) -> int | None:
+    """The version in a script's {'conflict', version} result; None for any other result."""
+    if isinstance(row, list) and len(row) == 2 and row[0] in (b"conflict", "conflict"):
+        return int(row[1])
+    return None
 
 
 class AlreadyApplied(Exception):
@@ -319,8 +367,9 @@ def update_call(
     now_ms: int,
     entry: Entry,
     marks: dict[str, str] | None = None,
+    expected: int | None = None,
 ) -> tuple[list[str], list[Any]]:
-    """UPDATE_LUA's keys and arguments."""
+    """UPDATE_LUA's keys and arguments (`expected`: the version it must be at)."""
     fields = changed_fields(old, new)
     fields.update({mark_field(name): mark for name, mark in (marks or {}).items()})
     if vector is not None:
@@ -339,7 +388,8 @@ def update_call(
         keys.history_key(ns, old.id),
         tally_prefix(ns),
     ]
-    return memory_keys, [now_ms, expiry, entry_json(entry), *flat(fields)]
+    at = "" if expected is None else expected
+    return memory_keys, [now_ms, expiry, entry_json(entry), at, *flat(fields)]
 
 
 def supersede_call(
@@ -421,15 +471,19 @@ class Writes:
         now_ms: int,
         entry: Entry,
         marks: dict[str, str] | None = None,
-    ) -> bool:
+        expected: int | None = None,
+    ) -> int | None:
         """Turn a live memory `old` into `new` (its dedup key and expiry follow, on every key
-        of the memory), and set the write `marks` (`write_marks`); False when it is gone."""
-        memory_keys, args = update_call(ns, old, new, vector, now_ms, entry, marks)
+        of the memory), and set the write `marks` (`write_marks`): its new version, or None
+        when it is gone. `Stale` when it is not at version `expected` (None: any)."""
+        memory_keys, args = update_call(ns, old, new, vector, now_ms, entry, marks, expected)
         async with self._guard():
-            updated = bool(await self._update(keys=memory_keys, args=args))
-        if updated and (new.content != old.content or new.tags != old.tags):
+            out = await self._update(keys=memory_keys, args=args)
+        if (at := conflict_of(out)) is not None:
+            raise Stale(old.id, at)
+        if out and (new.content != old.content or new.tags != old.tags):
             self._added(ns, [new], new=False)  # its new words (counts are of writes)
-        return updated
+        return int(out) if out else None
 
     async def write_marks(self, ns: str, memory_id: str, names: tuple[str, ...]) -> list[str]:
         """For each request field in `names`, the stream position of the durable write that
@@ -462,13 +516,14 @@ class Writes:
 
     async def supersede(
         self, ns: str, ids: list[str], by: str, start_ms: int, now_ms: int, entry: Entry
-    ) -> list[Record | None]:
+    ) -> list[Record | int | None]:
         """Mark live memories as superseded by memory `by`, which holds from `start_ms`
-        (their validity is closed there); each one's record after it, or None where
-        missing. Their history gets `entry` with the change."""
+        (their validity is closed there); each one's record after it, None where missing,
+        or its version where it was superseded already (left as it was). Their history gets
+        `entry` with the change."""
         if not ids:
             return []
         memory_keys, args = supersede_call(ns, ids, by, start_ms, now_ms, entry)
         async with self._guard():
             rows = await self._supersede(keys=memory_keys, args=args)
-        return [record_row(row) for row in rows]
+        return [at if (at := conflict_of(row)) is not None else record_row(row) for row in rows]

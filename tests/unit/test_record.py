@@ -103,6 +103,8 @@ def test_a_new_record_is_the_hash_layout_earlier_versions_wrote_plus_new_fields(
         # v3: the validity window `as_of` reads match, open bounds filled in.
         "vf": T0,
         "vu": OPEN_UNTIL_MS,
+        # v4: the version the write scripts bump.
+        "version": 1,
     }
 
 

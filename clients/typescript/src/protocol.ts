@@ -65,6 +65,7 @@ export const SHAPES: Readonly<Record<string, Shape>> = {
       superseded: ["superseded", 0, []],
       missing: ["missing", 0, []],
       redacted: ["redacted", 0],
+      version: ["version", 0, 1],
     },
   },
   AddRequest: {
@@ -139,6 +140,7 @@ export const SHAPES: Readonly<Record<string, Shape>> = {
     fields: {
       action: ["action", 0],
       id: ["id", 0],
+      expected_version: ["expectedVersion", 0],
     },
   },
   ApplyReply: {
@@ -186,6 +188,7 @@ export const SHAPES: Readonly<Record<string, Shape>> = {
       valid_from: ["validFrom", 0],
       valid_until: ["validUntil", 0],
       id: ["id", 0],
+      expected_version: ["expectedVersion", 0],
     },
   },
   ApplyUpdate: {
@@ -201,6 +204,7 @@ export const SHAPES: Readonly<Record<string, Shape>> = {
       agent_id: ["agentId", 0],
       valid_from: ["validFrom", 0],
       valid_until: ["validUntil", 0],
+      expected_version: ["expectedVersion", 0],
     },
   },
   ArchiveStateRequest: {
@@ -371,6 +375,8 @@ export const SHAPES: Readonly<Record<string, Shape>> = {
       success: ["success", 0, false],
       code: ["code", "ErrorCode"],
       error: ["error", 0],
+      id: ["id", 0],
+      current_version: ["currentVersion", 0],
     },
   },
   Event: {
@@ -385,6 +391,7 @@ export const SHAPES: Readonly<Record<string, Shape>> = {
       workspace: ["workspace", 0],
       store: ["store", 0, "private"],
       request_id: ["requestId", 0],
+      version: ["version", 0, 1],
     },
   },
   ExportReply: {
@@ -435,6 +442,7 @@ export const SHAPES: Readonly<Record<string, Shape>> = {
       valid_from: ["validFrom", 0, null],
       valid_until: ["validUntil", 0, null],
       idle_ttl_s: ["idleTtlS", 0, null],
+      version: ["version", 0, 1],
       content_hash: ["contentHash", 0, ""],
       embedding: ["embedding", 0, null],
     },
@@ -522,6 +530,7 @@ export const SHAPES: Readonly<Record<string, Shape>> = {
       valid_from: ["validFrom", 0],
       valid_until: ["validUntil", 0],
       idle_ttl_s: ["idleTtlS", 0],
+      version: ["version", 0],
     },
   },
   ListDataReply: {
@@ -614,6 +623,7 @@ export const SHAPES: Readonly<Record<string, Shape>> = {
       valid_from: ["validFrom", 0, null],
       valid_until: ["validUntil", 0, null],
       idle_ttl_s: ["idleTtlS", 0, null],
+      version: ["version", 0, 1],
     },
   },
   NamedItem: {
@@ -724,6 +734,7 @@ export const SHAPES: Readonly<Record<string, Shape>> = {
       valid_from: ["validFrom", 0, null],
       valid_until: ["validUntil", 0, null],
       idle_ttl_s: ["idleTtlS", 0, null],
+      version: ["version", 0, 1],
       score: ["score", 0, 0.0],
       similarity: ["similarity", 0, 0.0],
       text_score: ["textScore", 0, 0.0],
@@ -796,6 +807,7 @@ export const SHAPES: Readonly<Record<string, Shape>> = {
       valid_from: ["validFrom", 0, null],
       valid_until: ["validUntil", 0, null],
       idle_ttl_s: ["idleTtlS", 0, null],
+      version: ["version", 0, 1],
       score: ["score", 0, 0.0],
       similarity: ["similarity", 0, 0.0],
       text_score: ["textScore", 0, 0.0],
@@ -889,6 +901,7 @@ export const SHAPES: Readonly<Record<string, Shape>> = {
       updated_at: ["updatedAt", 0],
       expires_at: ["expiresAt", 0],
       redacted: ["redacted", 0],
+      version: ["version", 0, 1],
     },
   },
   UpdateRequest: {
@@ -902,6 +915,7 @@ export const SHAPES: Readonly<Record<string, Shape>> = {
       agent_id: ["agentId", 0],
       valid_from: ["validFrom", 0],
       valid_until: ["validUntil", 0],
+      expected_version: ["expectedVersion", 0],
     },
   },
   UpdateWorkspaceRequest: {

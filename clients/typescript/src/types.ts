@@ -21,6 +21,8 @@ export interface AddReply {
   /** Default: `[]`. */
   missing: string[];
   redacted?: string[];
+  /** Default: `1`. */
+  version: number;
 }
 
 export interface AddRequest {
@@ -142,6 +144,8 @@ export interface ApplyDelete {
   action: "delete";
   /** 1..64 characters. */
   id: string;
+  /** 0..9007199254740991. Default: `null`. Wire: `expected_version`. */
+  expectedVersion?: number | null;
 }
 
 export interface ApplyReply {
@@ -219,6 +223,8 @@ export interface ApplySupersede {
   validUntil?: string | Date | null;
   /** 1..64 characters. */
   id: string;
+  /** 0..9007199254740991. Default: `null`. Wire: `expected_version`. */
+  expectedVersion?: number | null;
 }
 
 /** Change memory `id` (the fields of `update`). */
@@ -242,6 +248,8 @@ export interface ApplyUpdate {
   validFrom?: string | Date | null;
   /** RFC 3339 date-time. Wire: `valid_until`. */
   validUntil?: string | Date | null;
+  /** 0..9007199254740991. Default: `null`. Wire: `expected_version`. */
+  expectedVersion?: number | null;
 }
 
 export interface ArchiveStateRequest {
@@ -487,6 +495,9 @@ export interface ErrorReply {
   success: boolean;
   code: ErrorCode;
   error: string;
+  id?: string;
+  /** Wire: `current_version`. */
+  currentVersion?: number;
 }
 
 export interface Event {
@@ -505,6 +516,8 @@ export interface Event {
   store: "private" | "shared" | "social";
   /** Wire: `request_id`. */
   requestId?: string;
+  /** Default: `1`. */
+  version: number;
 }
 
 export interface ExportReply {
@@ -585,6 +598,8 @@ export interface ExportedMemory {
   validUntil: string | null;
   /** Default: `null`. Wire: `idle_ttl_s`. */
   idleTtlS: number | null;
+  /** Default: `1`. */
+  version: number;
   /** Default: `""`. Wire: `content_hash`. */
   contentHash: string;
   /** Default: `null`. */
@@ -716,6 +731,8 @@ export interface ImportedMemory {
   validUntil?: string | Date | null;
   /** 60..3155760000. Default: `null`. Wire: `idle_ttl_s`. */
   idleTtlS?: number | null;
+  /** 1..9007199254740991. Default: `1`. */
+  version?: number;
 }
 
 /** `list_workspaces` and `list_states`: oldest first. */
@@ -852,6 +869,8 @@ export interface Memory {
   validUntil: string | null;
   /** Default: `null`. Wire: `idle_ttl_s`. */
   idleTtlS: number | null;
+  /** Default: `1`. */
+  version: number;
 }
 
 /** One workspace or state of a list. */
@@ -1020,6 +1039,8 @@ export interface RecalledMemory {
   validUntil: string | null;
   /** Default: `null`. Wire: `idle_ttl_s`. */
   idleTtlS: number | null;
+  /** Default: `1`. */
+  version: number;
   /** Default: `0.0`. */
   score: number;
   /** Default: `0.0`. */
@@ -1129,6 +1150,8 @@ export interface ScoredMemory {
   validUntil: string | null;
   /** Default: `null`. Wire: `idle_ttl_s`. */
   idleTtlS: number | null;
+  /** Default: `1`. */
+  version: number;
   /** Default: `0.0`. */
   score: number;
   /** Default: `0.0`. */
@@ -1270,6 +1293,8 @@ export interface UpdateReply {
   /** RFC 3339 date-time. Wire: `expires_at`. */
   expiresAt: string | null;
   redacted?: string[];
+  /** Default: `1`. */
+  version: number;
 }
 
 /** Change one memory; fields left out stay as they are. `ttl_s: 0` makes it permanent. */
@@ -1292,6 +1317,8 @@ export interface UpdateRequest {
   validFrom?: string | Date | null;
   /** RFC 3339 date-time. Wire: `valid_until`. */
   validUntil?: string | Date | null;
+  /** 0..9007199254740991. Default: `null`. Wire: `expected_version`. */
+  expectedVersion?: number | null;
 }
 
 /** Change a workspace; fields left out stay as they are. `is_archived: false` restores an archived workspace. */
