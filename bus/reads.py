@@ -132,8 +132,16 @@ class AgentReads(AgentHandle):
         reply_type = CompactListReply if mode == "compact" else ListReply
         return await self._bus.request("list", req, reply_type)
 
-    async def get(self, ids: Sequence[str]) -> GetReply:
-        req = GetRequest(ids=list(ids), context=self._context)
+    async def get(
+        self, ids: Sequence[str] | None = None, *, keys: Sequence[str] | None = None
+    ) -> GetReply:
+        """Memories by id and (v4) by key: those missing are in `missing` and
+        `missing_keys`."""
+        req = GetRequest(
+            ids=list(ids) if ids is not None else None,
+            keys=list(keys) if keys is not None else None,
+            context=self._context,
+        )
         return await self._bus.request("get", req, GetReply)
 
     async def recall(

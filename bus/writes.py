@@ -108,6 +108,8 @@ class AgentWrites(AgentHandle):
         valid_from: datetime | None = None,
         valid_until: datetime | None = None,
         idle_ttl_s: int | None = None,
+        key: str | None = None,
+        expected_version: int | None = None,
     ) -> AddRequest:
         """The request of `add` (see it), with this handle's identity and workspace."""
         return _build(
@@ -136,6 +138,8 @@ class AgentWrites(AgentHandle):
             valid_from=valid_from,
             valid_until=valid_until,
             idle_ttl_s=idle_ttl_s,
+            key=key,
+            expected_version=expected_version,
             context=self._context,
         )
 
@@ -155,6 +159,10 @@ class AgentWrites(AgentHandle):
         whose `valid_until` has passed is left out of reads unless they ask `as_of`.
         `idle_ttl_s` forgets it once no read has returned it for that long (never past
         its `ttl_s`).
+        `key` (v4) names the memory: an add with a key that a current memory of the store
+        holds replaces that memory in place (same id, `version` + 1, reply `replaced`);
+        `expected_version` makes that conditional (0: only if none holds the key yet),
+        else `Conflict`. Read keyed memories back with `get(keys=[...])`.
         Through JetStream instead: `mem.durable.add(...)` (see `DurableWrites`).""",
     )
 

@@ -28,6 +28,12 @@ MemoryId = Annotated[str, msgspec.Meta(min_length=1, max_length=limits.MAX_ID_CH
 ImportedId = Annotated[str, msgspec.Meta(pattern=limits.IMPORTED_ID_PATTERN)]
 Ids = Annotated[list[MemoryId], msgspec.Meta(min_length=1, max_length=limits.MAX_IDS)]
 Importance = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
+# v4: a memory's name, chosen by its writer: no control characters.
+MemoryKey = Annotated[
+    str,
+    msgspec.Meta(min_length=1, max_length=limits.MAX_KEY_CHARS, pattern=r"^[^\x00-\x1f\x7f]*\Z"),
+]
+Keys = Annotated[list[MemoryKey], msgspec.Meta(min_length=1, max_length=limits.MAX_IDS)]
 # v4: the version a conditional write expects (0: no current memory, for a keyed add).
 ExpectedVersion = Annotated[int, msgspec.Meta(ge=0, le=2**53 - 1)]
 Tags = Annotated[list[str], msgspec.Meta(max_length=limits.MAX_TAGS)]

@@ -47,6 +47,8 @@ MAX_EMBEDDING_DIM = 4096
 MAX_AGENT_ID_CHARS = 128
 MAX_SOURCE_CHARS = 1024
 MAX_ID_CHARS = 64
+# v4: a memory's `key` (PROTOCOL.md: 1..256 characters).
+MAX_KEY_CHARS = 256
 # An imported id: what the service makes (ULIDs) and common ids of other systems (UUIDs,
 # slugs); nothing a key, a query or a terminal would read as anything but the id.
 IMPORTED_ID_PATTERN = r"^[0-9A-Za-z_-]{1,64}\Z"

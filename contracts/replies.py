@@ -57,6 +57,8 @@ class Memory(msgspec.Struct, kw_only=True):
     # v4: 1 when added, +1 on every write that changes it (reads never do); what
     # `expected_version` is checked against.
     version: int = 1
+    # v4: the name its writer gave it with `add`'s `key` (null: none).
+    key: str | None = None
 
 
 class ScoredMemory(Memory, kw_only=True):
@@ -121,6 +123,8 @@ class AddReply(Reply, kw_only=True):
     redacted: list[str] | msgspec.UnsetType = msgspec.UNSET
     # v4: the memory's version after this add (1 when new; a repeat's after its mention).
     version: int = 1
+    # v4: the add's `key` was held by a current memory, which it replaced in place (`id`).
+    replaced: bool = False
 
 
 class Neighbour(msgspec.Struct, kw_only=True):
@@ -220,6 +224,8 @@ class GetReply(Reply, kw_only=True):
     memories: list[Memory]
     missing: list[str]
     truncated: bool = False
+    # v4: the `keys` asked for that no current memory (of a store the caller sees) holds.
+    missing_keys: list[str] = []
 
 
 class Change(msgspec.Struct, kw_only=True):

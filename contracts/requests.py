@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import unicodedata
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import msgspec
 
@@ -24,8 +24,10 @@ from contracts.fields import (
     Ids,
     Importance,
     ImportedId,
+    Keys,
     MaxTokens,
     MemoryId,
+    MemoryKey,
     MemoryStore,
     Name,
     Narrative,
@@ -143,11 +145,24 @@ class AddRequest(Request, kw_only=True):
     # open. Without `valid_from` it holds from `created_at`.
     valid_from: datetime | None = None
     valid_until: datetime | None = None
+    # v4: the memory's name, unique among the current memories of its store: an add with a
+    # key a current memory holds replaces that memory (same id, version + 1).
+    key: MemoryKey | None = None
+    # v4, with `key`: replace only the memory at this version; 0: only if none holds the key.
+    expected_version: ExpectedVersion | None = None
+    # Whether `expected_version` is of the keyed memory (an `apply` supersede's is its
+    # target's).
+    _version_of_key: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         super().__post_init__()
         self.tags = normalize_tags(self.tags)
         check_validity(self.valid_from, self.valid_until)
+        if self._version_of_key and self.expected_version is not None and self.key is None:
+            raise ValueError(
+                "expected_version on add needs a key: it is the version of the memory"
+                " holding that key (0: none may hold it yet)"
+            )
         if self.content is None:
             if self.title is None:
                 raise ValueError(
@@ -227,6 +242,7 @@ class ApplySupersede(AddRequest, tag="supersede", tag_field="action", kw_only=Tr
     id: MemoryId
     # v4: supersede only if memory `id` is at this version then (else `conflict`).
     expected_version: ExpectedVersion | None = None
+    _version_of_key: ClassVar[bool] = False
 
 
 class ApplyDelete(
@@ -333,7 +349,14 @@ class ListRequest(Request, kw_only=True):
 
 
 class GetRequest(Request, kw_only=True):
-    ids: Ids
+    ids: Ids | None = None
+    # v4: the current memories holding these keys (in the stores the caller sees).
+    keys: Keys | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.ids is None and self.keys is None:
+            raise ValueError("get needs `ids` or `keys` (or both)")
 
 
 class DeleteRequest(Request, kw_only=True):
@@ -631,6 +654,8 @@ class ImportedMemory(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     idle_ttl_s: IdleTtlSeconds | None = None
     # v4: kept, so that an export and import round trip leaves versions as they were.
     version: Annotated[int, msgspec.Meta(ge=1, le=limits.MAX_COUNT)] = 1
+    # v4: kept too, unless a current memory of the namespace holds it already.
+    key: MemoryKey | None = None
 
     def __post_init__(self) -> None:
         nfc_names(self)

@@ -171,7 +171,7 @@ def error_body(error: HandlerError) -> bytes:
             ErrorReply(
                 code=error.code,
                 error=error.message,
-                id=error.memory_id,
+                id=error.memory_id if error.memory_id is not None else msgspec.UNSET,
                 current_version=error.current_version,
             )
         )

@@ -32,7 +32,7 @@ class VersionConflict(Conflict):
     """v4: a conditional write found the memory at another version (or superseded); the
     reply carries the memory's id and its version now."""
 
-    def __init__(self, message: str, memory_id: str, current_version: int) -> None:
+    def __init__(self, message: str, memory_id: str | None, current_version: int) -> None:
         super().__init__(message)
         self.memory_id = memory_id
         self.current_version = current_version

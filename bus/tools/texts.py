@@ -68,6 +68,15 @@ FIELD_TEXTS: dict[str, dict[str, str]] = {
             "Forget it once nobody has read it for this many seconds (at least 60); every"
             " read keeps it longer. For scratch notes that matter only while in use."
         ),
+        "key": (
+            "A name for this memory, unique in its store (e.g. \"user/theme\"): adding again"
+            " with the same key replaces that memory (same id, version + 1) instead of"
+            " storing another. Leave out for ordinary memories."
+        ),
+        "expected_version": (
+            "With `key`: replace only if the keyed memory is at this version (0: only if no"
+            " memory holds the key yet); otherwise a conflict error tells the current version."
+        ),
         "source": 'Where the information came from (a URL, a file, "user").',
         "metadata": "Free JSON object (at most 8 KiB) returned as given.",
         "dedup": (
@@ -132,7 +141,10 @@ FIELD_TEXTS: dict[str, dict[str, str]] = {
         "workspace": _WORKSPACE_FILTER,
         "as_of": _AS_OF,
     },
-    "memory_get": {"ids": "The ids of the memories to read in full."},
+    "memory_get": {
+        "ids": "The ids of the memories to read in full.",
+        "keys": "Or the keys memories were added with (`key` of memory_add).",
+    },
     "memory_update": {
         "id": _ID,
         "content": "The new content (replaces the old; keep what is still useful).",

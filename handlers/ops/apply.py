@@ -149,6 +149,12 @@ async def _plan(
             i, ns, action.id, now, gone, keep_ms, STATE_TYPE, action.expected_version
         )
         return _Planned([step], deleted=action.id)
+    if action.key is not None:
+        raise InvalidRequest(
+            "an action of apply takes no `key`: add keyed memories with add (a keyed add"
+            " replaces the memory holding its key, with expected_version for a conditional"
+            " replace)"
+        )
     if action.supersedes or action.dedup == "semantic":
         raise InvalidRequest(
             'an action of apply takes neither `supersedes` nor `dedup: "semantic"`: use a'
@@ -179,6 +185,8 @@ def _as_add(action: ApplyAdd | ApplySupersede, req: ApplyRequest) -> AddRequest:
     fields["workspace"] = action.workspace or req.workspace
     fields["agent_id"] = action.agent_id or req.agent_id
     fields["context"] = action.context or req.context
+    if isinstance(action, ApplySupersede):
+        fields["expected_version"] = None  # the superseded memory's, not the new one's
     return AddRequest(**fields)
 
 

@@ -94,8 +94,9 @@ async def list_(ns: str, req: ListRequest, deps: Deps) -> ListReply | CompactLis
 
 @handles(GetRequest)
 async def get(ns: str, req: GetRequest, deps: Deps) -> GetReply:
-    unique = list(dict.fromkeys(req.ids))
     now = deps.clock()
+    keyed = await _holders(ns, req.keys or [], deps)
+    unique = list(dict.fromkeys([*(req.ids or []), *(mid for mid, _ in keyed)]))
     # Full trust sees every store, so the read counts its accesses itself; below it, only
     # the memories seen are counted: one of another store stays untouched.
     sees_all = deps.access.stores is None
@@ -105,6 +106,15 @@ async def get(ns: str, req: GetRequest, deps: Deps) -> GetReply:
         for mid, f in zip(unique, found, strict=True)
         if f is not None and deps.access.sees(f.record.store)
     }
+    # A key names a memory while it is current and holds it (not superseded, not ended).
+    held = {
+        key
+        for mid, key in keyed
+        if (f := by_id.get(mid)) is not None and f.record.key == key and _current(f.record, now)
+    }
+    asked = set(req.ids or [])
+    stale = {mid for mid, key in keyed if key not in held and mid not in asked}
+    by_id = {mid: f for mid, f in by_id.items() if mid not in stale}
     if not sees_all:
         await deps.store.reads.touch(ns, list(by_id), now)
     return GetReply(
@@ -114,5 +124,17 @@ async def get(ns: str, req: GetRequest, deps: Deps) -> GetReply:
             for mid in unique
             if (f := by_id.get(mid)) is not None
         ],
-        missing=[mid for mid in unique if mid not in by_id],
+        missing=[mid for mid in dict.fromkeys(req.ids or []) if mid not in by_id],
+        missing_keys=[key for key in dict.fromkeys(req.keys or []) if key not in held],
     )
+
+
+async def _holders(ns: str, names: list[str], deps: Deps) -> list[tuple[str, str]]:
+    """(id, key) of the memories the keys name, in the stores the caller sees."""
+    named = [(st, key) for key in dict.fromkeys(names) for st in deps.access.visible]
+    ids = await deps.store.reads.key_holders(ns, named)
+    return [(mid, key) for (_, key), mid in zip(named, ids, strict=True) if mid is not None]
+
+
+def _current(rec: Record, now: int) -> bool:
+    return rec.superseded_by is None and (rec.valid_until is None or rec.valid_until > now)

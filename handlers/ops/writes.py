@@ -280,6 +280,12 @@ async def prepare_add(
             "States are not added with add: use create_state (a state needs a workspace and"
             " a name unique in it)."
         )
+    if req.key is not None and (req.supersedes or req.dedup == "semantic"):
+        raise InvalidRequest(
+            "An add with a `key` replaces the current memory holding that key: it takes"
+            ' neither `supersedes` nor `dedup: "semantic"`. Leave the key out to supersede'
+            " or fold near-duplicates."
+        )
     store = target_store(req, deps)
     cfg = type_config(deps.settings.types, req.type)
     if req.workspace is not None and not await deps.store.spaces.workspace_exists(
@@ -318,7 +324,8 @@ async def prepare_add(
         session_id=req.context.session_id if req.context else None,
         store=store,
     )
-    if req.dedup != "none":
+    # A keyed memory is named by its key, not its content: it is outside exact dedup.
+    if req.dedup != "none" and req.key is None:
         rec = msgspec.structs.replace(rec, content_hash=content_hash(rec))
     return PreparedAdd(rec, vec, secrets)
 
@@ -345,18 +352,45 @@ def _without_secrets(
 async def _write(ns: str, req: AddRequest, rec: Record, vec: np.ndarray, deps: Deps) -> AddReply:
     now = rec.created_at
     try:
-        repeat = await deps.store.writes.add(
-            ns, rec, vec, now, entry("added", now, req, req.agent_id)
+        done = await deps.store.writes.add(
+            ns, rec, vec, now, entry("added", now, req, req.agent_id), req.expected_version
         )
     except AlreadyApplied:
         # The same durable add, written meanwhile by another handler (its claim lapsed while
         # this one was still at work; `add` checks first otherwise): nothing more to do.
-        done = await deps.store.reads.read(ns, rec.id, now)
-        return _added(done or rec)
-    if repeat is not None:
-        return await _repeated(ns, repeat, deps, now)
+        written = await deps.store.reads.read(ns, rec.id, now)
+        return _added(written or rec)
+    except Stale as exc:
+        raise key_moved(str(req.key), req.expected_version or 0, exc) from None
+    if done.repeated:
+        return await _repeated(ns, done.record, deps, now)
+    if done.replaced:
+        await publish_event(deps, ns, "updated", done.record, now, agent_id=req.agent_id)
+        return msgspec.structs.replace(_added(done.record), replaced=True)
     await publish_event(deps, ns, "added", rec, now)
     return _added(rec)
+
+
+def key_moved(key: str, expected: int, exc: Stale) -> VersionConflict:
+    """A keyed add that found its key's memory at another version than expected."""
+    if exc.version == 0:
+        return VersionConflict(
+            f"No current memory holds key {key!r}, not at version {expected}: nothing was"
+            " written. Add it with expected_version 0 (or none) to create it.",
+            None,
+            0,
+        )
+    if expected == 0:
+        hint = "expected_version 0 asks that none does"
+    else:
+        hint = f"not at version {expected}"
+    return VersionConflict(
+        f'Key {key!r} is held by memory "{exc.memory_id}" at version {exc.version} ({hint}):'
+        " nothing was written. Read it, then add again with expected_version"
+        f" {exc.version} to replace it if your change still applies.",
+        exc.memory_id,
+        exc.version,
+    )
 
 
 async def _supersede(ns: str, req: AddRequest, reply: AddReply, deps: Deps, start_ms: int) -> None:

@@ -9,6 +9,8 @@ Keys of no namespace are few and touched one at a time. The layout before hash t
 
 from __future__ import annotations
 
+import hashlib
+
 ROOT = "membus"
 # redisvl's embeddings cache (see `handlers.embed.cache`): shared by every namespace.
 EMBED_CACHE = f"{ROOT}:embcache"
@@ -81,6 +83,20 @@ def dedup_key(ns: str, content_hash: str) -> str:
     names no key (the scripts read a key ending in `:` as none) but is in the namespace's
     slot: a cluster refuses a script whose keys span slots, and "" would."""
     return dedup_prefix(ns) + content_hash
+
+
+def key_prefix(ns: str) -> str:
+    """Prefix of the v4 memory keys' index (a digest of store and key -> memory id)."""
+    return ns_prefix(ns) + "k:"
+
+
+def key_index(ns: str, store: str, key: str | None) -> str:
+    """Where the memory holding `key` in `store` is named: a digest (SHA-1, as the scripts
+    compute it with `redis.sha1hex`), since the key is the writer's text, kept only in its
+    memory. No key: the bare prefix, which the scripts read as none (see `dedup_key`)."""
+    if key is None:
+        return key_prefix(ns)
+    return key_prefix(ns) + hashlib.sha1(f"{store}\0{key}".encode()).hexdigest()
 
 
 def history_key(ns: str, memory_id: str) -> str:

@@ -224,6 +224,15 @@ class Reads:
                 self.touch(ns, idle, now_ms, count=False), "store.keep_alive_failed"
             )
 
+    async def key_holders(self, ns: str, named: list[tuple[str, str]]) -> list[str | None]:
+        """The id each (store, key) names (v4 keyed memories; None where none does). The
+        memory named may have ended since: the caller checks that it is current."""
+        if not named:
+            return []
+        async with self._guard():
+            raw = await self.client.mget([keys.key_index(ns, st, key) for st, key in named])
+        return [text(v) if v is not None else None for v in raw]
+
     async def access_counts(self, ns: str, ids: list[str]) -> list[int]:
         """How often each memory was read (0 where never, or gone)."""
         async with self._guard():

@@ -83,6 +83,8 @@ class Record(Summary, kw_only=True):
     # v4: 1 when added, +1 on every write that changes the record (the write scripts bump
     # it); a hash without the field (written before v4) is at version 1.
     version: int = 1
+    # v4: the name its writer gave it, unique among the current memories of its store.
+    key: str | None = None
 
 
 class Candidate(

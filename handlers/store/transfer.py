@@ -29,7 +29,9 @@ from handlers.store.writes import FOLLOW
 # '0' permanent), access count, last access (ms or ''), the history entry (written only into
 # an empty history), then the record's field/value pairs. The dedup key is set only where no other
 # memory holds it. Returns 1 when written, 0 when the id exists, 2 (nothing written) when the
-# namespace has no tier (see ADD_LUA).
+# namespace has no tier (see ADD_LUA). KEYS[7] (v4): the index of the memory's key (ending
+# in ':' for none): taken when no current memory holds it, else the memory is written
+# without its key.
 IMPORT_LUA = lua(
     FOLLOW,
     POOLED,
@@ -53,6 +55,20 @@ follow(KEYS[3], KEYS[1])
 if string.sub(KEYS[4], -1) ~= ':' and redis.call('EXISTS', KEYS[4]) == 0 then
   redis.call('SET', KEYS[4], redis.call('HGET', KEYS[1], '$id'))
   if ARGV[1] ~= '0' then redis.call('PEXPIREAT', KEYS[4], ARGV[1]) end
+end
+if string.sub(KEYS[7], -1) ~= ':' then
+  local holder = redis.call('GET', KEYS[7])
+  local f = {}
+  if holder then
+    f = redis.call('HMGET', string.sub(KEYS[1], 1, -1 - #redis.call('HGET', KEYS[1], '$id'))
+      .. holder, '$expires_at', 'superseded')
+  end
+  local t = redis.call('TIME')
+  if f[1] and tonumber(f[1]) > t[1] * 1000 + math.floor(t[2] / 1000) and f[2] ~= '1' then
+    redis.call('HDEL', KEYS[1], '$key')
+  else
+    redis.call('SET', KEYS[7], redis.call('HGET', KEYS[1], '$id'))
+  end
 end
 return 1
 """,
@@ -121,6 +137,7 @@ class Transfer:
             keys.dedup_key(ns, rec.content_hash),
             tally_prefix(ns),
             tier_key(ns),
+            keys.key_index(ns, rec.store, rec.key),
         ]
         args: list[Any] = [
             expires,

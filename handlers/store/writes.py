@@ -5,7 +5,7 @@ the same step. `batch` runs several of them as one."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 import numpy as np
@@ -87,9 +87,14 @@ for i = 1, last, 3 do
 end
 for i = 1, last, 3 do
   local rec, acc, hist = KEYS[i], KEYS[i + 1], KEYS[i + 2]
-  local f = redis.call('HMGET', rec, '$id', '$content_hash')
+  local f = redis.call('HMGET', rec, '$id', '$content_hash', '$key', '$store')
   if f[2] and redis.call('GET', ARGV[2] .. f[2]) == f[1] then
     redis.call('DEL', ARGV[2] .. f[2])
+  end
+  if f[3] then
+    local kkey = string.sub(ARGV[2], 1, -3) .. 'k:'
+      .. redis.sha1hex((f[4] or 'private') .. '\\0' .. f[3])
+    if redis.call('GET', kkey) == f[1] then redis.call('DEL', kkey) end
   end
   local vals = redis.call('HMGET', rec, unpack(fields))
   if f[1] and tonumber(vals[1] or '0') > now then
@@ -119,20 +124,74 @@ DELETE_LUA = lua(
 # return it. Check and write are one atomic step, so two handlers adding the same content at
 # the same moment leave one record. KEYS: dedup key ('' when the add opted out of dedup), new
 # record key. ARGV: now, expires (ms, or 0 for permanent), record key prefix, history key
-# prefix, the history entry, n, the n fields to return of a repeated memory, then the new
-# record's field/value pairs. Returns false when it wrote the new memory, else the repeated
-# memory's field values; 1 when the new record's key exists already: a durable write applied
-# again (its id derives from its request id), which must change nothing. KEYS[3]: the
-# namespace's tally prefix (keys.tally_prefix): the new memory is counted, and up to 10
-# expired ones uncounted; KEYS[4]: its tier (keys.tier_key). Returns 2, writing nothing,
-# when the namespace has no tier: Redis lost it, and the caller sets the namespace up again.
+# prefix, the history entry, the version expected of the keyed memory ('' for any), n, the n
+# fields to return of a repeated or replaced memory, then the new record's field/value pairs.
+# Returns false when it wrote the new memory, else the repeated memory's field values; 1
+# when the new record's key exists already: a durable write applied again (its id derives
+# from its request id), which must change nothing. KEYS[3]: the namespace's tally prefix
+# (keys.tally_prefix): the new memory is counted, and up to 10 expired ones uncounted;
+# KEYS[4]: its tier (keys.tier_key). Returns 2, writing nothing, when the namespace has no
+# tier: Redis lost it, and the caller sets the namespace up again. KEYS[5] (v4): the key
+# index of the add's `key` (keys.key_index; '' for none): a current memory holding the key is
+# replaced in place ({'replaced', its values}: same id, the new fields, version + 1, an
+# `updated` history entry) instead, or, at another version than expected (0: none),
+# {'conflict', version, id} is returned and nothing written.
 ADD = """
-local dkey, rec = KEYS[1], KEYS[2]
+local dkey, rec, kkey = KEYS[1], KEYS[2], KEYS[5]
 if string.sub(dkey, -1) == ':' then dkey = '' end
+if string.sub(kkey, -1) == ':' then kkey = '' end
 if redis.call('EXISTS', rec) == 1 then return 1 end
 if redis.call('EXISTS', KEYS[4]) == 0 then return 2 end
 local now = tonumber(ARGV[1])
-local n = tonumber(ARGV[6])
+local expected = ARGV[6]
+local n = tonumber(ARGV[7])
+local fields = {}
+for j = 8, 7 + n do fields[#fields + 1] = ARGV[j] end
+local pairs = {}
+for j = 8 + n, #ARGV do pairs[#pairs + 1] = ARGV[j] end
+pooled(KEYS[4], pairs)
+if kkey ~= '' then
+  local holder = redis.call('GET', kkey)
+  local old = holder and (ARGV[3] .. holder)
+  local f = {}
+  if old then f = redis.call('HMGET', old, '$expires_at', 'superseded', '$content') end
+  if f[1] and tonumber(f[1]) > now and f[2] ~= '1' then
+    local v = version_of(old)
+    if expected ~= '' and tonumber(expected) ~= v then return {'conflict', v, holder} end
+    -- Replace in place: the new fields, but the memory's id, creation and mentions.
+    local kept = {['$id'] = true, ['$created_at'] = true, ['$mention_count'] = true}
+    local new, out = {}, {}
+    for j = 1, #pairs, 2 do
+      new[pairs[j]] = true
+      if not kept[pairs[j]] then
+        out[#out + 1] = pairs[j]
+        out[#out + 1] = pairs[j + 1]
+      end
+    end
+    for _, name in ipairs(redis.call('HKEYS', old)) do
+      if not new[name] and not kept[name] then redis.call('HDEL', old, name) end
+    end
+    redis.call('HSET', old, unpack(out))
+    redis.call('HSET', old, '$version', v + 1)
+    local acc = string.sub(ARGV[3], 1, -3) .. 'a:' .. holder
+    local hist = ARGV[4] .. holder
+    for _, k in ipairs({old, acc, hist}) do
+      if ARGV[2] ~= '0' then redis.call('PEXPIREAT', k, ARGV[2]) else redis.call('PERSIST', k) end
+    end
+    local entry = cjson.decode(ARGV[5])
+    entry['event'] = 'updated'
+    local content = redis.call('HGET', old, '$content')
+    if content ~= f[3] then
+      entry['changes'] = {content = {old = f[3] or cjson.null, new = content}}
+    end
+    redis.call('RPUSH', hist, cjson.encode(entry))
+    follow(hist, old)
+    retally(KEYS[3], holder, old, now)
+    return {'replaced', redis.call('HMGET', old, unpack(fields))}
+  elseif expected ~= '' and expected ~= '0' then
+    return {'conflict', 0, ''}
+  end
+end
 local existing = false
 if dkey ~= '' then existing = redis.call('GET', dkey) end
 if existing then
@@ -149,14 +208,9 @@ if existing then
     entry['changes'] = {mention_count = {old = count - 1, new = count}}
     redis.call('RPUSH', ARGV[4] .. existing, cjson.encode(entry))
     follow(ARGV[4] .. existing, old)
-    local fields = {}
-    for j = 7, 6 + n do fields[#fields + 1] = ARGV[j] end
     return redis.call('HMGET', old, unpack(fields))
   end
 end
-local pairs = {}
-for j = 7 + n, #ARGV do pairs[#pairs + 1] = ARGV[j] end
-pooled(KEYS[4], pairs)
 redis.call('HSET', rec, unpack(pairs))
 local id = redis.call('HGET', rec, '$id')
 if ARGV[2] ~= '0' then redis.call('PEXPIREAT', rec, ARGV[2]) end
@@ -168,6 +222,9 @@ if dkey ~= '' then
   redis.call('SET', dkey, id)
   if ARGV[2] ~= '0' then redis.call('PEXPIREAT', dkey, ARGV[2]) end
 end
+-- The key's index never expires (an idle memory's expiry moves with reads): a lookup checks
+-- that the memory it names is current.
+if kkey ~= '' then redis.call('SET', kkey, id) end
 return false
 """
 ADD_LUA = lua(
@@ -323,6 +380,15 @@ class Immutable(Exception):
         self.memory_id = memory_id
 
 
+class AddOutcome(NamedTuple):
+    """What an add did: wrote `record` new, counted a mention of it (`repeated`), or
+    replaced it in place under its key (`replaced`, v4)."""
+
+    record: Record
+    repeated: bool = False
+    replaced: bool = False
+
+
 class Stale(Exception):
     """v4: a conditional write found the memory at another version than expected, or a
     supersede found it superseded already: nothing was written to it."""
@@ -349,14 +415,22 @@ class AlreadyApplied(Exception):
 
 
 def add_call(
-    ns: str, rec: Record, vector: np.ndarray, now_ms: int, entry: Entry
+    ns: str,
+    rec: Record,
+    vector: np.ndarray,
+    now_ms: int,
+    entry: Entry,
+    expected: int | None = None,
 ) -> tuple[list[str], list[Any]]:
-    """ADD_LUA's keys and arguments."""
+    """ADD_LUA's keys and arguments (`expected`: the version a keyed add replaces)."""
     fields, expires = new_hash(rec, vector)
     args: list[Any] = [now_ms, expires, keys.record_prefix(ns), keys.history_prefix(ns)]
-    args += [entry_json(entry), len(RECORD_FIELDS), *RECORD_FIELDS, *flat(fields)]
+    args += [entry_json(entry), "" if expected is None else expected]
+    args += [len(RECORD_FIELDS), *RECORD_FIELDS, *flat(fields)]
     dedup = keys.dedup_key(ns, rec.content_hash)
-    return [dedup, keys.record_key(ns, rec.id), tally_prefix(ns), tier_key(ns)], args
+    record = keys.record_key(ns, rec.id)
+    key = keys.key_index(ns, rec.store, rec.key)
+    return [dedup, record, tally_prefix(ns), tier_key(ns), key], args
 
 
 def update_call(
@@ -436,20 +510,34 @@ class Writes:
         self._supersede = client.register_script(SUPERSEDE_LUA)
 
     async def add(
-        self, ns: str, rec: Record, vector: np.ndarray, now_ms: int, entry: Entry
-    ) -> Record | None:
+        self,
+        ns: str,
+        rec: Record,
+        vector: np.ndarray,
+        now_ms: int,
+        entry: Entry,
+        expected: int | None = None,
+    ) -> AddOutcome:
         """Write a new memory, or, when its content hash is live already, count a mention of
-        that memory instead and return it (one atomic script). `entry` goes to the history
-        of whichever it was (as `mentioned` for a repeat)."""
-        add_keys, args = add_call(ns, rec, vector, now_ms, entry)
+        that memory instead (one atomic script). `entry` goes to the history of whichever
+        it was (as `mentioned` for a repeat). v4: a memory with a `key` replaces the
+        current memory of its store holding that key instead, in place (`expected`: only at
+        that version; 0: only when none holds it, else `Stale`)."""
+        add_keys, args = add_call(ns, rec, vector, now_ms, entry, expected)
         await self._indexes.get(ns)
         out = await self._setup(ns, lambda: self._add(keys=add_keys, args=args), _UNSET)
         if out == 1:
             raise AlreadyApplied(rec.id)
+        if (at := conflict_of(out[:2] if isinstance(out, list) else out)) is not None:
+            raise Stale(text(out[2]), at)
+        if isinstance(out, list) and out[0] in (b"replaced", "replaced"):
+            replaced = record_of(RECORD_FIELDS, out[1])
+            self._added(ns, [replaced], new=False)  # its new words
+            return AddOutcome(replaced, replaced=True)
         if out:
-            return record_of(RECORD_FIELDS, out)
+            return AddOutcome(record_of(RECORD_FIELDS, out), repeated=True)
         self._added(ns, [rec])
-        return None
+        return AddOutcome(rec)
 
     async def mention(
         self, ns: str, memory_id: str, now_ms: int, entry: Entry, workspace: str | None

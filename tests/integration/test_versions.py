@@ -12,6 +12,7 @@ import redis.asyncio as aioredis
 
 from bus import AgentMemory, MemoryBus
 from bus.errors import Conflict
+from handlers.store import keys
 
 pytestmark = pytest.mark.transports("in_process", "nats", "cluster")
 
@@ -190,7 +191,7 @@ async def test_a_memory_from_before_versions_is_version_1_and_exports_keep_versi
     added = await wf123.add("fact", "Logs are kept 30 days")
     # A memory written before v4 has no version field: it reads as 1, and its next write
     # makes it 2.
-    await rds.hdel(f"{key_ns}m:{added.id}", "version")
+    assert await rds.hdel(keys.record_key(key_ns, added.id), "version") == 1
     assert await _version(wf123, added.id) == 1
     assert (await wf123.update(added.id, importance=0.2)).version == 2
     exported = [m async for page in bus.export() for m in page]

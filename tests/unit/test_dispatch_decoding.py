@@ -190,7 +190,7 @@ def test_unknown_field_with_no_close_match_lists_known_fields_without_a_guess() 
     with pytest.raises(InvalidRequest) as info:
         decode_request("get", body({"ids": ["a"], "zzzzzz": 1}))
     assert "Did you mean" not in info.value.message
-    assert "Known fields: ids, context." in info.value.message
+    assert "Known fields: ids, keys, context." in info.value.message
 
 
 def test_validation_error_message_says_which_request_and_why() -> None:

@@ -199,7 +199,7 @@ INDEX_ONLY = {"general", "tagtext", "people", "superseded", "has_people", "wsh",
 
 def test_reads_ask_for_expiry_first_and_candidates_for_ranking_fields_only() -> None:
     assert RECORD_FIELDS[0] == "expires_at"
-    whole = record(valid_from=T0, valid_until=T0 + 1, idle_ttl_s=60, ttl_until=T0 + 9)
+    whole = record(valid_from=T0, valid_until=T0 + 1, idle_ttl_s=60, ttl_until=T0 + 9, key="k")
     assert set(RECORD_FIELDS) == set(new_fields(whole)) - INDEX_ONLY
     assert CANDIDATE_FIELDS == ("type", "importance", "created_at", "expires_at", "mention_count")
 

@@ -202,7 +202,8 @@ def test_required_fields_follow_the_contract_adjusted_for_what_the_executor_fill
     assert required("memory_add") == {"type"}
     # `embedding` is hidden, so a search needs its `query`.
     assert required("memory_search") == {"query"}
-    assert required("memory_get") == {"ids"}
+    # v4: `ids` or `keys` (the request checks that one is given).
+    assert required("memory_get") == set()
     assert required("create_workspace") == {"name", "description", "root_folder", "purpose"}
     assert required("create_state") == {
         "name",

@@ -66,6 +66,7 @@ export const SHAPES: Readonly<Record<string, Shape>> = {
       missing: ["missing", 0, []],
       redacted: ["redacted", 0],
       version: ["version", 0, 1],
+      replaced: ["replaced", 0, false],
     },
   },
   AddRequest: {
@@ -95,6 +96,8 @@ export const SHAPES: Readonly<Record<string, Shape>> = {
       store: ["store", 0],
       valid_from: ["validFrom", 0],
       valid_until: ["validUntil", 0],
+      key: ["key", 0],
+      expected_version: ["expectedVersion", 0],
     },
   },
   Applied: {
@@ -133,6 +136,8 @@ export const SHAPES: Readonly<Record<string, Shape>> = {
       store: ["store", 0],
       valid_from: ["validFrom", 0],
       valid_until: ["validUntil", 0],
+      key: ["key", 0],
+      expected_version: ["expectedVersion", 0],
     },
   },
   ApplyDelete: {
@@ -187,8 +192,9 @@ export const SHAPES: Readonly<Record<string, Shape>> = {
       store: ["store", 0],
       valid_from: ["validFrom", 0],
       valid_until: ["validUntil", 0],
-      id: ["id", 0],
+      key: ["key", 0],
       expected_version: ["expectedVersion", 0],
+      id: ["id", 0],
     },
   },
   ApplyUpdate: {
@@ -443,6 +449,7 @@ export const SHAPES: Readonly<Record<string, Shape>> = {
       valid_until: ["validUntil", 0, null],
       idle_ttl_s: ["idleTtlS", 0, null],
       version: ["version", 0, 1],
+      key: ["key", 0, null],
       content_hash: ["contentHash", 0, ""],
       embedding: ["embedding", 0, null],
     },
@@ -453,12 +460,14 @@ export const SHAPES: Readonly<Record<string, Shape>> = {
       memories: ["memories", ["a", "Memory"]],
       missing: ["missing", 0],
       truncated: ["truncated", 0, false],
+      missing_keys: ["missingKeys", 0, []],
     },
   },
   GetRequest: {
     fields: {
       context: ["context", "Context"],
       ids: ["ids", 0],
+      keys: ["keys", 0],
     },
   },
   HistoryEntry: {
@@ -531,6 +540,7 @@ export const SHAPES: Readonly<Record<string, Shape>> = {
       valid_until: ["validUntil", 0],
       idle_ttl_s: ["idleTtlS", 0],
       version: ["version", 0],
+      key: ["key", 0],
     },
   },
   ListDataReply: {
@@ -624,6 +634,7 @@ export const SHAPES: Readonly<Record<string, Shape>> = {
       valid_until: ["validUntil", 0, null],
       idle_ttl_s: ["idleTtlS", 0, null],
       version: ["version", 0, 1],
+      key: ["key", 0, null],
     },
   },
   NamedItem: {
@@ -735,6 +746,7 @@ export const SHAPES: Readonly<Record<string, Shape>> = {
       valid_until: ["validUntil", 0, null],
       idle_ttl_s: ["idleTtlS", 0, null],
       version: ["version", 0, 1],
+      key: ["key", 0, null],
       score: ["score", 0, 0.0],
       similarity: ["similarity", 0, 0.0],
       text_score: ["textScore", 0, 0.0],
@@ -808,6 +820,7 @@ export const SHAPES: Readonly<Record<string, Shape>> = {
       valid_until: ["validUntil", 0, null],
       idle_ttl_s: ["idleTtlS", 0, null],
       version: ["version", 0, 1],
+      key: ["key", 0, null],
       score: ["score", 0, 0.0],
       similarity: ["similarity", 0, 0.0],
       text_score: ["textScore", 0, 0.0],

@@ -23,6 +23,8 @@ export interface AddReply {
   redacted?: string[];
   /** Default: `1`. */
   version: number;
+  /** Default: `false`. */
+  replaced: boolean;
 }
 
 export interface AddRequest {
@@ -76,6 +78,10 @@ export interface AddRequest {
   validFrom?: string | Date | null;
   /** RFC 3339 date-time. Default: `null`. Wire: `valid_until`. */
   validUntil?: string | Date | null;
+  /** 1..256 characters; pattern `^[^\x00-\x1f\x7f]*$`. Default: `null`. */
+  key?: string | null;
+  /** 0..9007199254740991. Default: `null`. Wire: `expected_version`. */
+  expectedVersion?: number | null;
 }
 
 export interface Applied {
@@ -137,6 +143,10 @@ export interface ApplyAdd {
   validFrom?: string | Date | null;
   /** RFC 3339 date-time. Default: `null`. Wire: `valid_until`. */
   validUntil?: string | Date | null;
+  /** 1..256 characters; pattern `^[^\x00-\x1f\x7f]*$`. Default: `null`. */
+  key?: string | null;
+  /** 0..9007199254740991. Default: `null`. Wire: `expected_version`. */
+  expectedVersion?: number | null;
 }
 
 /** Delete memory `id`. */
@@ -221,10 +231,12 @@ export interface ApplySupersede {
   validFrom?: string | Date | null;
   /** RFC 3339 date-time. Default: `null`. Wire: `valid_until`. */
   validUntil?: string | Date | null;
-  /** 1..64 characters. */
-  id: string;
+  /** 1..256 characters; pattern `^[^\x00-\x1f\x7f]*$`. Default: `null`. */
+  key?: string | null;
   /** 0..9007199254740991. Default: `null`. Wire: `expected_version`. */
   expectedVersion?: number | null;
+  /** 1..64 characters. */
+  id: string;
 }
 
 /** Change memory `id` (the fields of `update`). */
@@ -482,7 +494,7 @@ export interface DescribeRequest {
  * Why a request failed; the error reply's `error` says how to recover. Error replies carry the same as the NATS micro headers `Nats-Service-Error-Code` (the number) and `Nats-Service-Error` (the message). Codes are only ever added: a client reads one it does not know as a failure all the same.
  * - `invalid_request` (400): malformed JSON, unknown field, wrong type, out of range, unknown memory type, bad namespace token, too deep nesting
  * - `not_found` (404): `update` of an id that names no live memory (`get`/`delete` report ids in `missing`)
- * - `conflict` (409): a unique name already taken
+ * - `conflict` (409): a unique name already taken; (v4) a write whose `expected_version` no longer holds, a supersede of a memory superseded already, an `apply` whose actions meet on one memory: the reply then also carries `id` and `current_version` (see Versions)
  * - `too_large` (413): body over 256 KiB, `content` over 32 KiB (UTF-8 bytes), `metadata` over 8 KiB
  * - `forbidden` (403): trust `public`; a store the caller cannot see; a workspace or state operation below full trust
  * - `unavailable` (503): the handler is busy (see Load shedding), Redis unreachable, embedder failed, or this handler embeds with another model than the namespace (see Embedders); safe to retry
@@ -600,6 +612,8 @@ export interface ExportedMemory {
   idleTtlS: number | null;
   /** Default: `1`. */
   version: number;
+  /** Default: `null`. */
+  key: string | null;
   /** Default: `""`. Wire: `content_hash`. */
   contentHash: string;
   /** Default: `null`. */
@@ -613,13 +627,17 @@ export interface GetReply {
   missing: string[];
   /** Default: `false`. */
   truncated: boolean;
+  /** Default: `[]`. Wire: `missing_keys`. */
+  missingKeys: string[];
 }
 
 export interface GetRequest {
   /** Default: `null`. */
   context?: Context | null;
-  /** 1..100 items. */
-  ids: string[];
+  /** 1..100 items. Default: `null`. */
+  ids?: string[] | null;
+  /** 1..100 items. Default: `null`. */
+  keys?: string[] | null;
 }
 
 export interface HistoryEntry {
@@ -733,6 +751,8 @@ export interface ImportedMemory {
   idleTtlS?: number | null;
   /** 1..9007199254740991. Default: `1`. */
   version?: number;
+  /** 1..256 characters; pattern `^[^\x00-\x1f\x7f]*$`. Default: `null`. */
+  key?: string | null;
 }
 
 /** `list_workspaces` and `list_states`: oldest first. */
@@ -871,6 +891,8 @@ export interface Memory {
   idleTtlS: number | null;
   /** Default: `1`. */
   version: number;
+  /** Default: `null`. */
+  key: string | null;
 }
 
 /** One workspace or state of a list. */
@@ -1041,6 +1063,8 @@ export interface RecalledMemory {
   idleTtlS: number | null;
   /** Default: `1`. */
   version: number;
+  /** Default: `null`. */
+  key: string | null;
   /** Default: `0.0`. */
   score: number;
   /** Default: `0.0`. */
@@ -1152,6 +1176,8 @@ export interface ScoredMemory {
   idleTtlS: number | null;
   /** Default: `1`. */
   version: number;
+  /** Default: `null`. */
+  key: string | null;
   /** Default: `0.0`. */
   score: number;
   /** Default: `0.0`. */
