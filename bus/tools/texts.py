@@ -69,7 +69,7 @@ FIELD_TEXTS: dict[str, dict[str, str]] = {
             " read keeps it longer. For scratch notes that matter only while in use."
         ),
         "key": (
-            "A name for this memory, unique in its store (e.g. \"user/theme\"): adding again"
+            'A name for this memory, unique in its store (e.g. "user/theme"): adding again'
             " with the same key replaces that memory (same id, version + 1) instead of"
             " storing another. Leave out for ordinary memories."
         ),
