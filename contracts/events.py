@@ -24,6 +24,9 @@ class Event(msgspec.Struct, kw_only=True):
     store: MemoryStore = "private"
     # The durable write's `Nats-Msg-Id` that made this change (absent for request/reply).
     request_id: str | msgspec.UnsetType = msgspec.UNSET
+    # v4: true on the `deleted` event of an erasure (`delete` with `erase`), whose preview
+    # is empty: a receiver that kept the memory's text forgets it too.
+    erased: bool | msgspec.UnsetType = msgspec.UNSET
 
 
 class RejectedEvent(msgspec.Struct, kw_only=True):

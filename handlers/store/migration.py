@@ -124,7 +124,7 @@ async def hide_texts(store: Store, keep_lock: Callable[[], Awaitable[None]]) -> 
         counts = await client.hgetall(key)
         if not counts:
             continue
-        hashed: dict[str, int] = {}
+        hashed: dict[Any, int] = {}  # (redis-py types the mapping's keys invariantly)
         for word, n in counts.items():
             field = text(word)
             field = field if field == WORDS_TOTAL else word_field(field)

@@ -331,12 +331,17 @@ export const SHAPES: Readonly<Record<string, Shape>> = {
       success: ["success", 0, true],
       deleted: ["deleted", 0],
       missing: ["missing", 0],
+      erased: ["erased", 0],
+      erased_messages: ["erasedMessages", 0],
+      scan_complete: ["scanComplete", 0],
     },
   },
   DeleteRequest: {
     fields: {
       context: ["context", "Context"],
       ids: ["ids", 0],
+      agent_id: ["agentId", 0],
+      erase: ["erase", 0],
     },
   },
   DescribeReply: {
@@ -385,6 +390,7 @@ export const SHAPES: Readonly<Record<string, Shape>> = {
       workspace: ["workspace", 0],
       store: ["store", 0, "private"],
       request_id: ["requestId", 0],
+      erased: ["erased", 0],
     },
   },
   ExportReply: {

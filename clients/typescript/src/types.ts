@@ -422,6 +422,11 @@ export interface DeleteReply {
   success: boolean;
   deleted: number;
   missing: string[];
+  erased?: number;
+  /** Wire: `erased_messages`. */
+  erasedMessages?: number;
+  /** Wire: `scan_complete`. */
+  scanComplete?: boolean;
 }
 
 export interface DeleteRequest {
@@ -429,6 +434,10 @@ export interface DeleteRequest {
   context?: Context | null;
   /** 1..100 items. */
   ids: string[];
+  /** 1..128 characters. Default: `null`. Wire: `agent_id`. */
+  agentId?: string | null;
+  /** Default: `false`. */
+  erase?: boolean;
 }
 
 export interface DescribeReply {
@@ -505,6 +514,7 @@ export interface Event {
   store: "private" | "shared" | "social";
   /** Wire: `request_id`. */
   requestId?: string;
+  erased?: boolean;
 }
 
 export interface ExportReply {
