@@ -24,7 +24,6 @@ from redisvl.extensions.cache.embeddings import EmbeddingsCache
 from redisvl.redis.utils import hashify
 
 from handlers.embed.base import Embedder
-from handlers.store.keys import EMBED_CACHE
 
 log = structlog.get_logger("membus.embedders")
 
@@ -39,11 +38,11 @@ def cache_model(name: str, dimension: int) -> str:
     return f"{name}/{dimension}"
 
 
-def entry_key(text: str, model: str) -> str:
-    """The Redis key of a text's cached vector: redisvl's `EmbeddingsCache._make_cache_key`
-    of the text's digest (a unit test holds them equal, so that an upgrade of redisvl that
-    changes its keys breaks there)."""
-    return f"{EMBED_CACHE}:{hashify(f'{text_digest(text)}:{model}')}"
+def entry_key(name: str, text: str, model: str) -> str:
+    """The Redis key of a text's cached vector in the cache named `name`: redisvl's
+    `EmbeddingsCache._make_cache_key` of the text's digest (a unit test holds them equal, so
+    that an upgrade of redisvl that changes its keys breaks there)."""
+    return f"{name}:{hashify(f'{text_digest(text)}:{model}')}"
 
 
 class CachedEmbedder:

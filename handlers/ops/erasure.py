@@ -27,6 +27,7 @@ from handlers.ops.events import publish_event
 from handlers.ops.history import entry
 from handlers.ops.workspaces import state_is_immutable
 from handlers.store.erasure import Erased
+from handlers.store.keys import EMBED_CACHE
 from handlers.store.record import Entry, Record
 from handlers.store.writes import Immutable
 from handlers.streams import Sought
@@ -127,7 +128,8 @@ async def _forget_embeddings(ns: str, contents: list[str], deps: Deps) -> None:
         deps.embedder.forget(contents)
     meta = await deps.store.meta(ns)
     model = cache_model(meta.embedder, meta.dimension)
-    await deps.store.erasure.drop([entry_key(t, model) for t in dict.fromkeys(contents)])
+    drop = [entry_key(EMBED_CACHE, t, model) for t in dict.fromkeys(contents)]
+    await deps.store.erasure.drop(drop)
 
 
 async def _erase_in_streams(

@@ -199,7 +199,7 @@ async def test_an_erased_marker_is_nowhere_in_redis_or_jetstream(
         assert await hits(servers, nc, marker), "the marker was written somewhere"
         # Kept by hash, not by text: the cache entries and the session's ids.
         rds = here.deps.store.client
-        cached = [entry_key(m.content, "hash/384") for m in listed.memories]
+        cached = [entry_key(EMBED_CACHE, m.content, "hash/384") for m in listed.memories]
         await here.deps.embedder.close()  # the cache writes that follow replies, done
         assert all([await rds.exists(k) for k in cached])
         session = session_key(ns, "s-erase")
