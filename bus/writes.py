@@ -228,16 +228,24 @@ class AgentWrites(AgentHandle):
         )
         return await self._bus.request("apply", req, ApplyReply)
 
-    def delete_request(self, ids: Sequence[str]) -> DeleteRequest:
+    def delete_request(self, ids: Sequence[str], *, erase: bool = False) -> DeleteRequest:
         """The request of `delete` (see it)."""
-        return _build(DeleteRequest, ids=list(ids), context=self._context)
+        return _build(
+            DeleteRequest,
+            ids=list(ids),
+            agent_id=self._agent_id,
+            erase=erase,
+            context=self._context,
+        )
 
     delete = _replying(
         "delete",
         DeleteReply,
         delete_request,
-        """Delete memories; ids not found come back in `missing`. Through JetStream:
-        `mem.durable.delete(...)`.""",
+        """Delete memories; ids not found come back in `missing`. `erase=True` (full trust
+        only) also takes their text out of everything the service keeps: their history
+        stays as `erased` tombstones, and the reply counts what was erased (`erased`,
+        `erased_messages`). Through JetStream: `mem.durable.delete(...)`.""",
     )
 
     async def clear_by_type(

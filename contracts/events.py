@@ -26,6 +26,9 @@ class Event(msgspec.Struct, kw_only=True):
     request_id: str | msgspec.UnsetType = msgspec.UNSET
     # v4: the memory's version after this change (a deleted memory's last one).
     version: int = 1
+    # v4: true on the `deleted` event of an erasure (`delete` with `erase`), whose preview
+    # is empty: a receiver that kept the memory's text forgets it too.
+    erased: bool | msgspec.UnsetType = msgspec.UNSET
 
 
 class RejectedEvent(msgspec.Struct, kw_only=True):

@@ -299,6 +299,14 @@ class PeopleReply(Reply, kw_only=True):
 class DeleteReply(Reply, kw_only=True):
     deleted: int
     missing: list[str]
+    # v4, with `erase` only: how many of the ids had text erased (the live memories deleted,
+    # and ids whose history outlived an earlier delete), and how many messages were removed
+    # from the bus's JetStream streams.
+    erased: int | msgspec.UnsetType = msgspec.UNSET
+    erased_messages: int | msgspec.UnsetType = msgspec.UNSET
+    # False when a stream held more of the namespace's messages than one erasure reads
+    # (docs/protocol.md, "Erasure"): those past the bound were not scanned.
+    scan_complete: bool | msgspec.UnsetType = msgspec.UNSET
 
 
 class ExportedMemory(Memory, kw_only=True):

@@ -361,6 +361,11 @@ class GetRequest(Request, kw_only=True):
 
 class DeleteRequest(Request, kw_only=True):
     ids: Ids
+    # v4: who deletes, as the history's `deleted` (or `erased`) entry names them.
+    agent_id: AgentId | None = None
+    # v4: erase the memories' text everywhere the service keeps data (history kept as a
+    # tombstone, embedding cache, recall sessions, the bus's JetStream streams). Full trust.
+    erase: bool = False
 
 
 class HistoryRequest(Request, kw_only=True):

@@ -44,6 +44,7 @@ from handlers.store.failures import is_connection_error, is_loading
 from handlers.store.keys import EMBED_CACHE
 from handlers.store.packing import packed
 from handlers.store.store import Store
+from handlers.streams import Streams
 from handlers.tracing import (
     EXTRA_HINT,
     configure_tracing,
@@ -270,6 +271,7 @@ def make_deps(
     max_payload: int,
     metrics: Metrics | None = None,
     tracer: Tracer | None = None,
+    streams: Streams | None = None,
 ) -> Deps:
     """What the operations share, built once per process (tests build theirs with this too)."""
     return Deps(
@@ -287,6 +289,7 @@ def make_deps(
         max_payload=max_payload,
         metrics=metrics,
         tracer=tracer,
+        streams=streams,
     )
 
 
@@ -362,7 +365,16 @@ async def serve(
             log.info("service.stopped", reason="stopped before NATS answered")
             return
         tracer = handler_tracer(provider) if provider is not None else None
-        deps = make_deps(settings, client, embedder, nc.publish, nc.max_payload, metrics, tracer)
+        deps = make_deps(
+            settings,
+            client,
+            embedder,
+            nc.publish,
+            nc.max_payload,
+            metrics,
+            tracer,
+            Streams(nc.jetstream()),
+        )
         deps.store.layout_ready.clear()
         restart = asyncio.Event()
         keeping = asyncio.ensure_future(

@@ -235,6 +235,14 @@ def update(
 @sends(DeleteRequest)
 def delete(
     ids: Annotated[list[str], typer.Argument(metavar="ID...", help="The memories to delete.")],
+    erase: Annotated[
+        bool,
+        typer.Option(
+            "--erase",
+            help="Also take their text out of everything the service keeps (history kept as"
+            " tombstones, caches, sessions, the bus's streams). Full trust only.",
+        ),
+    ] = False,
     durable: Durable = False,
     nats_url: NatsUrl = DEFAULT_URL,
     namespace: Namespace = DEFAULT_NS,
@@ -244,7 +252,8 @@ def delete(
 
     async def send(bus: MemoryBus) -> Any:
         mem = bus.agent()
-        return await (mem.durable.delete(ids) if durable else mem.delete(ids))
+        target = mem.durable if durable else mem
+        return await target.delete(ids, erase=erase)
 
     reply = ask(nats_url, namespace, send, as_json=as_json)
     if as_json:
@@ -253,6 +262,11 @@ def delete(
         out.print(accepted_line(reply))
         return
     out.print(f"deleted {reply.deleted}")
+    if erase:
+        out.print(
+            f"erased {reply.erased or 0} (and {reply.erased_messages or 0} stream messages)"
+            + ("" if reply.scan_complete is not False else "; the stream scan was bounded")
+        )
     if reply.missing:
         err.print(f"[yellow]not found:[/] {shown(', '.join(reply.missing))}")
 

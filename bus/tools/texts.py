@@ -159,7 +159,14 @@ FIELD_TEXTS: dict[str, dict[str, str]] = {
             " again and decide)."
         ),
     },
-    "memory_delete": {"ids": "The ids of the memories to delete."},
+    "memory_delete": {
+        "ids": "The ids of the memories to delete.",
+        "erase": (
+            "Only when the user asks that something be forgotten for good: its text is then"
+            " erased from everything the service keeps (its history stays as a tombstone)."
+            " Needs full trust."
+        ),
+    },
     "memory_timeline": {
         "anchor": _ID,
         "before": "How many memories before the anchor (default 5).",

@@ -1,6 +1,11 @@
 """Embeddings cached in Redis by embedder and text, so a text is embedded once however many
 handlers see it.
 
+The cache never holds a text: an entry is keyed by the text's SHA-256 (`text_digest`), and
+that digest is all redisvl is given as the entry's `content`, beside the vector (PROTOCOL
+v4, "Erasure"). The handler's own recent texts are kept by digest too. An erasure drops a
+text's entry by its key (`entry_key`).
+
 Why a wrapper and not the `cache=` that redisvl's vectorizers take: `minilm` is not a redisvl
 vectorizer (it batches concurrent requests into one forward pass), so one wrapper serves every
 embedder alike, with one key (`name/dimension`, the namespace's own description of its
@@ -10,15 +15,34 @@ vectors) where redisvl would key by model name alone.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from collections import OrderedDict
 
 import numpy as np
 import structlog
 from redisvl.extensions.cache.embeddings import EmbeddingsCache
+from redisvl.redis.utils import hashify
 
 from handlers.embed.base import Embedder
 
 log = structlog.get_logger("membus.embedders")
+
+
+def text_digest(text: str) -> str:
+    """What the cache knows of a text: its SHA-256, never the text."""
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def cache_model(name: str, dimension: int) -> str:
+    """The model an entry is cached under: the namespace's own description of its vectors."""
+    return f"{name}/{dimension}"
+
+
+def entry_key(name: str, text: str, model: str) -> str:
+    """The Redis key of a text's cached vector in the cache named `name`: redisvl's
+    `EmbeddingsCache._make_cache_key` of the text's digest (a unit test holds them equal, so
+    that an upgrade of redisvl that changes its keys breaks there)."""
+    return f"{name}:{hashify(f'{text_digest(text)}:{model}')}"
 
 
 class CachedEmbedder:
@@ -27,10 +51,11 @@ class CachedEmbedder:
         self.name = inner.name
         self.dimension = inner.dimension
         self._cache = cache
-        self._model = f"{inner.name}/{inner.dimension}"
+        self._model = cache_model(inner.name, inner.dimension)
         self._pending: set[asyncio.Future[None]] = set()
-        # The texts this handler embedded or read last: a repeated query or a repeated add
-        # costs no round trip, and is found even before its Redis entry is written.
+        # The texts this handler embedded or read last, by digest: a repeated query or a
+        # repeated add costs no round trip, and is found even before its Redis entry is
+        # written.
         self._recent: OrderedDict[str, np.ndarray] = OrderedDict()
         self._recent_max = recent
         self.query_variant = inner.query_variant
@@ -39,33 +64,42 @@ class CachedEmbedder:
         self._recent_queries: OrderedDict[str, np.ndarray] = OrderedDict()
 
     def _remember(
-        self, text: str, vec: np.ndarray, recent: OrderedDict[str, np.ndarray] | None = None
+        self, digest: str, vec: np.ndarray, recent: OrderedDict[str, np.ndarray] | None = None
     ) -> None:
         recent = self._recent if recent is None else recent
-        recent[text] = vec
-        recent.move_to_end(text)
+        recent[digest] = vec
+        recent.move_to_end(digest)
         if len(recent) > self._recent_max:
             recent.popitem(last=False)
+
+    def forget(self, texts: list[str]) -> None:
+        """Drop texts from this handler's recent ones (an erasure; the Redis entries are
+        dropped by key, whichever handler cached them)."""
+        for digest in map(text_digest, texts):
+            self._recent.pop(digest, None)
+            self._recent_queries.pop(digest, None)
 
     async def embed_queries(self, texts: list[str]) -> list[np.ndarray]:
         if not self.query_variant:
             return await self.embed(texts)
-        out: list[np.ndarray | None] = [self._recent_queries.get(t) for t in texts]
+        digests = [text_digest(t) for t in texts]
+        out: list[np.ndarray | None] = [self._recent_queries.get(d) for d in digests]
         misses = [i for i, v in enumerate(out) if v is None]
         if misses:
             fresh = await self.inner.embed_queries([texts[i] for i in misses])
             for i, vec in zip(misses, fresh, strict=True):
                 out[i] = vec
-                self._remember(texts[i], vec, self._recent_queries)
+                self._remember(digests[i], vec, self._recent_queries)
         return [v for v in out if v is not None]
 
     async def embed(self, texts: list[str]) -> list[np.ndarray]:
-        out: list[np.ndarray | None] = [self._recent.get(t) for t in texts]
+        digests = [text_digest(t) for t in texts]
+        out: list[np.ndarray | None] = [self._recent.get(d) for d in digests]
         asked = [i for i, v in enumerate(out) if v is None]
         if not asked:
             return [v for v in out if v is not None]
         try:
-            hits = await self._cache.amget([texts[i] for i in asked], self._model)
+            hits = await self._cache.amget([digests[i] for i in asked], self._model)
         except Exception:
             log.warning("embed_cache.unavailable", exc_info=True)
             hits = [None] * len(asked)
@@ -73,16 +107,16 @@ class CachedEmbedder:
             if h:
                 vec = np.asarray(h["embedding"], dtype=np.float32)
                 out[i] = vec
-                self._remember(texts[i], vec)
+                self._remember(digests[i], vec)
         misses = [i for i in asked if out[i] is None]
         if misses:
             fresh = await self.inner.embed([texts[i] for i in misses])
             for i, vec in zip(misses, fresh, strict=True):
                 out[i] = vec
-                self._remember(texts[i], vec)
+                self._remember(digests[i], vec)
             # Stored after the reply: no caller waits for the cache to fill.
             task = asyncio.ensure_future(
-                self._store([(texts[i], vec) for i, vec in zip(misses, fresh, strict=True)])
+                self._store([(digests[i], vec) for i, vec in zip(misses, fresh, strict=True)])
             )
             self._pending.add(task)
             task.add_done_callback(self._pending.discard)
@@ -92,8 +126,8 @@ class CachedEmbedder:
         try:
             await self._cache.amset(
                 [
-                    {"content": text, "model_name": self._model, "embedding": vec.tolist()}
-                    for text, vec in fresh
+                    {"content": digest, "model_name": self._model, "embedding": vec.tolist()}
+                    for digest, vec in fresh
                 ]
             )
         except Exception:

@@ -13,6 +13,7 @@ from contracts.subjects import DEFAULT_STORE, FULL_TRUST, TRUST_LEVELS, VISIBLE_
 from handlers.embed import Embedder
 from handlers.settings import Settings
 from handlers.store.store import Store
+from handlers.streams import Streams
 
 if TYPE_CHECKING:  # prometheus-client is in the `observability` extra
     from handlers.metrics import Metrics
@@ -67,6 +68,9 @@ class Deps:
     access: Access = ACCESS[FULL_TRUST]
     # Set for a durable write (from JetStream), else None.
     write: DurableWrite | None = None
+    # The bus's JetStream streams, which an erasure scrubs; None where the handler has no
+    # NATS connection of its own (some tests).
+    streams: Streams | None = None
     # The handler's Prometheus metrics and the tracer of its request spans; None when off
     # (MEMBUS_METRICS_PORT, OTEL_*), so that they then cost nothing. Only dispatch uses them.
     metrics: Metrics | None = None

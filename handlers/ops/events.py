@@ -18,9 +18,16 @@ _encoder = msgspec.json.Encoder()
 
 
 async def publish_event(
-    deps: Deps, ns: str, action: Action, rec: Record, at_ms: int, agent_id: str | None = None
+    deps: Deps,
+    ns: str,
+    action: Action,
+    rec: Record,
+    at_ms: int,
+    agent_id: str | None = None,
+    erased: bool = False,
 ) -> None:
-    """Announce a change to `rec` (by `agent_id`, else the agent that stored it)."""
+    """Announce a change to `rec` (by `agent_id`, else the agent that stored it); an
+    `erased` one carries no preview (PROTOCOL v4, "Erasure")."""
     event = Event(
         action=action,
         id=rec.id,
@@ -28,11 +35,12 @@ async def publish_event(
         workflow_id=rec.workflow_id,
         agent_id=agent_id or rec.agent_id,
         at=ms_to_dt(at_ms),
-        preview=preview(rec.content),
+        preview="" if erased else preview(rec.content),
         workspace=rec.workspace if rec.workspace is not None else msgspec.UNSET,
         store=wire_store(rec),
         request_id=deps.write.request_id if deps.write is not None else msgspec.UNSET,
         version=rec.version,
+        erased=True if erased else msgspec.UNSET,
     )
     subject = event_subject(ns, rec.workflow_id, rec.type, action)
     await deps.publish(subject, _encoder.encode(event))

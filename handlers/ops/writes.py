@@ -35,6 +35,7 @@ from handlers.ops.checks import (
 )
 from handlers.ops.clock import expires_ms, expiry_dt, ms_to_dt, opt_ms
 from handlers.ops.deps import Deps
+from handlers.ops.erasure import check_may_erase, erase
 from handlers.ops.events import publish_event
 from handlers.ops.history import entry, update_changes
 from handlers.ops.ranking import similarity
@@ -587,7 +588,8 @@ async def _delete_and_announce(
 ) -> tuple[int, list[str]]:
     now = deps.clock()
     keep_ms = deps.settings.history_after_delete_s * 1000
-    gone = msgspec.structs.replace(entry("deleted", now, req), reason=reason)
+    who = req.agent_id if isinstance(req, DeleteRequest) else None
+    gone = msgspec.structs.replace(entry("deleted", now, req, who), reason=reason)
     try:
         deleted = await deps.store.writes.delete(ns, ids, now, gone, keep_ms, STATE_TYPE)
     except Immutable as exc:
@@ -604,6 +606,9 @@ async def _delete_and_announce(
 @handles(DeleteRequest)
 async def delete(ns: str, req: DeleteRequest, deps: Deps) -> DeleteReply:
     ids = list(dict.fromkeys(req.ids))
+    if req.erase:
+        check_may_erase(deps)  # full trust: it sees every store, no id is unseen
+        return await erase(ns, ids, req, deps)
     unseen = await unseen_ids(ns, ids, deps)
     deleted, missing = await _delete_and_announce(
         ns, [mid for mid in ids if mid not in unseen], req, deps

@@ -1,5 +1,6 @@
 """The key layout's version, and the one migration to it: from the layout before hash tags
-(layout 2, below), then every namespace completed (layout 3, `migration`).
+(layout 2, below), then every namespace completed (layout 3, `migration`), then no text
+kept outside the memories (layout 4, `migration.hide_texts`).
 
 Before version 2 a namespace's keys were `membus:<ns>:...`, and its tier and meta
 `membus:tier:<ns>` and `membus:meta:<ns>`; now they are all `membus:{<ns>}:...`
@@ -32,7 +33,7 @@ from handlers.store.store import Store
 
 log = structlog.get_logger("membus.store")
 
-LAYOUT = 3
+LAYOUT = 4
 LAYOUT_KEY = f"{ROOT}:layout"
 _LOCK_KEY = f"{ROOT}:layout:lock"
 _LOCK_S = 60
@@ -91,6 +92,8 @@ async def ensure(store: Store, wait_s: float = 600.0, again: bool = False) -> in
             await client.set(_LOCK_KEY, token, ex=_LOCK_S)
 
         changed += await migration.complete(store, keep_lock)
+        if version < 4:
+            changed += await migration.hide_texts(store, keep_lock)
         await client.set(LAYOUT_KEY, LAYOUT)
         return changed
     finally:

@@ -6,7 +6,12 @@ layout 2. Each namespace gets what later versions keep from its first write:
 - its tallies, counted from its memories (`Tallies.rebuild`);
 - every memory's validity window, and the tallies' counts of them (`Validity.backfill`).
 A recall session's entries lose the vector that versions before v3 wrote after the turn.
-Running it again changes nothing."""
+Running it again changes nothing.
+
+Layout 4 (`hide_texts`, run once, when the layout was older): no key but a memory's own
+holds its text (PROTOCOL v4, "Erasure"). Each namespace's word counts are kept by each
+word's hash (`text.word_field`), their expiry kept; the shared embedding cache, which held
+each text in clear, is dropped (only a cache: texts are embedded again on their next use)."""
 
 from __future__ import annotations
 
@@ -18,7 +23,7 @@ import msgspec
 import structlog
 
 from handlers.store.cluster import batches, is_cluster
-from handlers.store.keys import ROOT, meta_key
+from handlers.store.keys import EMBED_CACHE, ROOT, meta_key
 from handlers.store.placement import OWN_INDEX, tier_key
 from handlers.store.resp import text
 from handlers.store.store import Store
@@ -28,6 +33,7 @@ from handlers.store.tallies import (
     VALIDITY_TALLIED,
     tally_prefix,
 )
+from handlers.store.text import WORDS_TOTAL, word_field, words_key
 
 log = structlog.get_logger("membus.store")
 
@@ -105,4 +111,39 @@ async def _sessions(client: Any, keep_lock: Callable[[], Awaitable[None]]) -> in
                 await client.hset(key, mapping=old)  # keeps the key's sliding TTL
                 changed += 1
         await keep_lock()
+    return changed
+
+
+async def hide_texts(store: Store, keep_lock: Callable[[], Awaitable[None]]) -> int:
+    """Layout 4: word counts by hash, and the embedding cache of clear texts dropped; how
+    many word-count keys and cache entries changed."""
+    client = store.client
+    changed = 0
+    for name in await namespaces(client):
+        key = words_key(await store.locate(name))
+        counts = await client.hgetall(key)
+        if not counts:
+            continue
+        hashed: dict[Any, int] = {}  # (redis-py types the mapping's keys invariantly)
+        for word, n in counts.items():
+            field = text(word)
+            field = field if field == WORDS_TOTAL else word_field(field)
+            hashed[field] = hashed.get(field, 0) + int(n)
+        ttl_ms = await client.pttl(key)
+        pipe = client.pipeline(transaction=True)
+        pipe.delete(key)
+        pipe.hset(key, mapping=hashed)
+        if ttl_ms > 0:
+            pipe.pexpire(key, ttl_ms)
+        await pipe.execute()
+        changed += 1
+        await keep_lock()
+    # A cluster client's SCAN walks every node; each key is deleted on its own (slots).
+    async for batch in batches(client.scan_iter(match=f"{EMBED_CACHE}:*", count=1000)):
+        pipe = client.pipeline(transaction=False)
+        for key in batch:
+            pipe.delete(key)
+        changed += sum(await pipe.execute())
+        await keep_lock()
+    log.info("layout.texts_hidden", changed=changed)
     return changed

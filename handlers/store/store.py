@@ -8,7 +8,7 @@ itself expires memories. The rooms: `writes` and `batches` (atomic writes), `rea
 id), `queries` (the index), `text` (full-text scoring), `tallies` (what `describe`
 counts), `validity` (v3 time), `indexes`, `placement` and `promotions` (where a
 namespace is indexed), `spaces` (workspaces and states), `transfer`, `sessions`,
-`claims` and `replicas` (durable writes). Operations call the rooms; a room does its own
+`claims` and `replicas` (durable writes), `erasure`. Operations call the rooms; a room does its own
 upkeep (counting words, checking a pool's size) after its writes.
 """
 
@@ -26,6 +26,7 @@ from handlers.errors import Unavailable
 from handlers.store.background import Background
 from handlers.store.batch import Batches
 from handlers.store.claims import Claims
+from handlers.store.erasure import Erasure
 from handlers.store.failures import LOADING, MIGRATING, redis_errors
 from handlers.store.indexes import Indexes
 from handlers.store.lock import Locks, lock_key
@@ -83,6 +84,8 @@ class Store:
         self.transfer = Transfer(client, guard, self.write_with_setup, self.added)
         # What each recall session was given, turn by turn.
         self.sessions = Sessions(client, guard)
+        # Erasure (`delete` with `erase`): history scrubbed, sessions and cache entries.
+        self.erasure = Erasure(client, guard)
         # Which durable writes were applied (claimed by one handler at a time).
         self.claims = Claims(client, guard)
         # Where Redis has replicas, durable writes wait for one (see `durable`).

@@ -5,6 +5,7 @@ among themselves (INKEYS), so a memory scores the same whichever query found it.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import re
 from collections.abc import Iterable
 
@@ -132,13 +133,21 @@ def text_match(
 
 
 def words_key(ns: str) -> str:
-    """How many memories were written with each word (a hash: word -> count, and `WORDS_TOTAL`
-    -> memories written): hybrid search's estimate of which words are too common to score."""
+    """How many memories were written with each word (a hash: `word_field(word)` -> count,
+    and `WORDS_TOTAL` -> memories written): hybrid search's estimate of which words are too
+    common to score. It holds no word, only each one's hash (PROTOCOL v4, "Erasure")."""
     return keys.ns_prefix(ns) + "words"
 
 
-# The field of `words_key` counting the memories written (a word holds a letter or digit).
+# The field of `words_key` counting the memories written (never a word's hash: no `*`).
 WORDS_TOTAL = "*"
+
+
+def word_field(word: str) -> str:
+    """A word's field in `words_key`: 64 bits of its BLAKE2b, in hex. Written and read by
+    the same function, so the counts are the same as by the word; two words sharing a field
+    (one chance in 2^64 per pair) only count together, an estimate either way."""
+    return hashlib.blake2b(word.encode(), digest_size=8).hexdigest()
 
 
 # The words counted of one memory, and how long a namespace's counts run before they start
@@ -198,7 +207,8 @@ class Text:
                 # A long text's words past the first few hundred go uncounted: they then
                 # look rarer than they are, which costs time, never a result.
                 for word in sorted(written_words(rec.content, *rec.tags))[:WORDS_PER_MEMORY]:
-                    counted[word] = counted.get(word, 0) + 1
+                    field = word_field(word)
+                    counted[field] = counted.get(field, 0) + 1
             key = words_key(ns)
             pipe = self.client.pipeline(transaction=False)
             for word, n in counted.items():
@@ -225,16 +235,17 @@ class Text:
     async def word_counts(self, ns: str, terms: list[str]) -> tuple[int, list[int]]:
         """How many memories were written, and how many of them with each of `terms`: counts
         of writes, so a deleted or expired memory still counts (the caller scales them).
-        Estimates, so kept here for a few seconds (COUNTS_TTL_S): a warm search asks Redis
-        for none of them."""
+        Estimates, so kept here for a few seconds (COUNTS_TTL_S), by each word's field: a
+        warm search asks Redis for none of them."""
         counts = self._kept(ns)
-        missing = [t for t in dict.fromkeys([WORDS_TOTAL, *terms]) if t not in counts]
+        fields = [word_field(t) for t in terms]
+        missing = [f for f in dict.fromkeys([WORDS_TOTAL, *fields]) if f not in counts]
         if missing:
             async with self._guard():
                 raw = await self.client.hmget(words_key(ns), missing)
-            for t, v in zip(missing, raw, strict=True):
-                counts[t] = int(v) if v is not None else 0
-        return counts[WORDS_TOTAL], [counts[t] for t in terms]
+            for f, v in zip(missing, raw, strict=True):
+                counts[f] = int(v) if v is not None else 0
+        return counts[WORDS_TOTAL], [counts[f] for f in fields]
 
     async def rare_words(
         self, ns: str, terms: list[str], share_max: float, docs_min: int

@@ -36,6 +36,7 @@ from deploy.embedded import EmbeddedStack, wait_for_handlers
 from handlers.service import make_deps, make_embedder, open_redis, redis_client
 from handlers.settings import load_settings
 from handlers.store.cluster import is_cluster
+from handlers.streams import Streams
 
 HANDLERS = 2
 LOG_DIR = Path(os.environ.get("MEMBUS_TEST_LOG_DIR", ".membus/test-logs"))
@@ -167,7 +168,14 @@ async def handler_here(
     )
     events = await nats.connect(nats_url)
     embedder = make_embedder(settings, client)
-    deps = make_deps(settings, client, embedder, events.publish, events.max_payload)
+    deps = make_deps(
+        settings,
+        client,
+        embedder,
+        events.publish,
+        events.max_payload,
+        streams=Streams(events.jetstream()),
+    )
     try:
         yield InProcess(events, deps)
     finally:

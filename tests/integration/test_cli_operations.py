@@ -154,6 +154,17 @@ def test_add_with_v3_fields_then_update_then_delete(servers: Servers, ns: str) -
     assert js(servers, ns, "get", mid, code=1)["missing"] == [mid]
 
 
+def test_delete_erase_leaves_a_tombstone_history(servers: Servers, ns: str) -> None:
+    mid = js(servers, ns, "add", "fact", "The vault code is 4711")["id"]
+
+    shown = out(servers, ns, "delete", mid, "--erase")
+    history = js(servers, ns, "history", mid)
+
+    assert "deleted 1" in shown and "erased 1" in shown
+    assert [e["event"] for e in history["entries"]] == ["added", "erased"]
+    assert "4711" not in json.dumps(history)
+
+
 def test_an_error_reply_exits_1_with_its_code_and_json_prints_it_as_it_came(
     servers: Servers, ns: str
 ) -> None:

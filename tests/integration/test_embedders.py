@@ -18,7 +18,7 @@ from stacks import private_stack
 from bus import MemoryBus, Unavailable
 from deploy.embedded import EmbeddedStack, wait_for_handlers
 from handlers.embed import minilm_available, minilm_missing
-from handlers.embed.cache import CachedEmbedder
+from handlers.embed.cache import CachedEmbedder, text_digest
 from handlers.embed.minilm import MiniLMEmbedder
 
 pytestmark = pytest.mark.minilm
@@ -83,7 +83,7 @@ async def test_int8_query_vectors_never_reach_stored_memories(rds: aioredis.Redi
         [again] = await emb.embed_queries([text])
         [stored] = await emb.embed([text])
         await emb.close()  # waits for the cache write
-        cached = await cache.aget(text, f"minilm/{model.dimension}")
+        cached = await cache.aget(text_digest(text), f"minilm/{model.dimension}")
     finally:
         await cache.aclear()
 

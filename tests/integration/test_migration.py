@@ -1,6 +1,7 @@
 """The migration to layout 3 (`handlers.store.migration`): data written by the layout-2
 versions, which kept no tallies, no validity windows, no tier or meta for some namespaces,
-and a vector in session entries, reads exactly as today's after it. Each case makes that
+and a vector in session entries, reads exactly as today's after it. Then layout 4: word
+counts by hash, and no embedding cache of clear texts. Each case makes that
 data by writing through today's code and taking away what the older version did not write;
 the reads that used to carry a fallback for it then find it complete."""
 
@@ -39,6 +40,7 @@ from handlers.store.tallies import (
     Overview,
     tally_prefix,
 )
+from handlers.store.text import word_field, words_key
 
 
 def _ns() -> str:
@@ -156,7 +158,7 @@ async def test_the_migration_runs_once_over_every_namespace_and_old_sessions(
     new = _deps(in_process)
     assert ns in await migration.namespaces(client)
     assert await layout.ensure(new.store) >= 2  # this namespace and the session, at least
-    assert int(await client.get(layout.LAYOUT_KEY)) == layout.LAYOUT == 3
+    assert int(await client.get(layout.LAYOUT_KEY)) == layout.LAYOUT == 4
     assert await client.exists(tally_prefix(ns) + TALLIES_COMPLETE)
     assert await client.hget(session, "m1") == b"2"
     assert 0 < await client.ttl(session) <= 600
@@ -182,3 +184,30 @@ async def test_membus_migrate_counts_again_a_namespace_whose_counts_were_taken_a
     assert done.returncode == 0, done.stderr
     assert f"key layout {layout.LAYOUT}" in done.stdout
     assert await client.exists(tally_prefix(ns) + TALLIES_COMPLETE)
+
+
+async def test_layout_4_keeps_word_counts_by_hash_and_drops_the_clear_text_cache(
+    in_process: Any,
+) -> None:
+    old, ns = _deps(in_process), _ns()
+    await _add(old, ns, "the heron migration was counted by words")
+    client = old.store.client
+    key = words_key(ns)
+    # As layout 3 kept them: by the word itself.
+    await client.delete(key)
+    await client.hset(key, mapping={"*": 3, "heron": 2, "migration": 1})
+    await client.expire(key, 600)
+    cached = f"{keys.EMBED_CACHE}:{uuid.uuid4().hex}"
+    await client.hset(cached, mapping={"content": "the heron migration", "embedding": "[0.1]"})
+    await client.set(layout.LAYOUT_KEY, 3)
+
+    new = _deps(in_process)
+    assert await layout.ensure(new.store) >= 2
+    counts = {k.decode(): int(v) for k, v in (await client.hgetall(key)).items()}
+
+    assert counts == {"*": 3, word_field("heron"): 2, word_field("migration"): 1}
+    assert 0 < await client.ttl(key) <= 600
+    assert not await client.exists(cached)
+    assert int(await client.get(layout.LAYOUT_KEY)) == 4
+    # The counts read as before: by the word, through its hash.
+    assert await new.store.text.word_counts(ns, ["heron", "migration", "egret"]) == (3, [2, 1, 0])

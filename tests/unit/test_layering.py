@@ -27,12 +27,15 @@ PARTS: dict[str, set[str]] = {
     "handlers.store": {"handlers.errors"},
     # Only prometheus-client: Deps carries a Metrics (typed), the wiring fills it.
     "handlers.metrics": set(),
+    # The bus's JetStream streams as an erasure reads them (ids derive as the store's do).
+    "handlers.streams": {"handlers.store"},
     "handlers.ops": {
         "handlers.errors",
         "handlers.settings",
         "handlers.store",
         "handlers.embed",
         "handlers.metrics",
+        "handlers.streams",
     },
 }
 

@@ -162,6 +162,8 @@ export interface DurableOption {
 }
 
 export type AddOptions = Omit<AddRequest, Identity> & DurableOption;
+/** `delete`'s options: v4 `erase` (full trust only), and how to send it. */
+export type DeleteOptions = DurableOption & { erase?: boolean };
 export type UpdateOptions = Omit<UpdateRequest, Identity> & DurableOption;
 export type CaptureOptions = Omit<CaptureRequest, Identity> & DurableOption;
 export type SearchOptions = Omit<SearchRequest, Identity>;
@@ -523,11 +525,13 @@ export class AgentMemory {
     return this.#write("update", options) as Promise<UpdateReply | Accepted>;
   }
 
-  /** Delete memories; ids not found come back in `missing`. */
-  delete(ids: string | string[], options: DurableOption & { durable: true }): Promise<Accepted>;
-  delete(ids: string | string[], options?: DurableOption & { durable?: false }): Promise<DeleteReply>;
-  delete(ids: string | string[], options?: DurableOption): Promise<DeleteReply | Accepted>;
-  delete(ids: string | string[], options: DurableOption = {}): Promise<DeleteReply | Accepted> {
+  /** Delete memories; ids not found come back in `missing`. `erase: true` (full trust only)
+   * also takes their text out of everything the service keeps; the reply counts it
+   * (`erased`, `erasedMessages`). */
+  delete(ids: string | string[], options: DeleteOptions & { durable: true }): Promise<Accepted>;
+  delete(ids: string | string[], options?: DeleteOptions & { durable?: false }): Promise<DeleteReply>;
+  delete(ids: string | string[], options?: DeleteOptions): Promise<DeleteReply | Accepted>;
+  delete(ids: string | string[], options: DeleteOptions = {}): Promise<DeleteReply | Accepted> {
     const body = { ids: typeof ids === "string" ? [ids] : ids, ...options };
     return this.#write("delete", body) as Promise<DeleteReply | Accepted>;
   }

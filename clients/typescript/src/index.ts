@@ -17,6 +17,7 @@ export {
   type CompactOptions,
   type ConnectOptions,
   type DescribeOptions,
+  type DeleteOptions,
   type DurableOption,
   type ListOptions,
   type PeopleOptions,

@@ -341,12 +341,17 @@ export const SHAPES: Readonly<Record<string, Shape>> = {
       success: ["success", 0, true],
       deleted: ["deleted", 0],
       missing: ["missing", 0],
+      erased: ["erased", 0],
+      erased_messages: ["erasedMessages", 0],
+      scan_complete: ["scanComplete", 0],
     },
   },
   DeleteRequest: {
     fields: {
       context: ["context", "Context"],
       ids: ["ids", 0],
+      agent_id: ["agentId", 0],
+      erase: ["erase", 0],
     },
   },
   DescribeReply: {
@@ -398,6 +403,7 @@ export const SHAPES: Readonly<Record<string, Shape>> = {
       store: ["store", 0, "private"],
       request_id: ["requestId", 0],
       version: ["version", 0, 1],
+      erased: ["erased", 0],
     },
   },
   ExportReply: {

@@ -442,6 +442,11 @@ export interface DeleteReply {
   success: boolean;
   deleted: number;
   missing: string[];
+  erased?: number;
+  /** Wire: `erased_messages`. */
+  erasedMessages?: number;
+  /** Wire: `scan_complete`. */
+  scanComplete?: boolean;
 }
 
 export interface DeleteRequest {
@@ -449,6 +454,10 @@ export interface DeleteRequest {
   context?: Context | null;
   /** 1..100 items. */
   ids: string[];
+  /** 1..128 characters. Default: `null`. Wire: `agent_id`. */
+  agentId?: string | null;
+  /** Default: `false`. */
+  erase?: boolean;
 }
 
 export interface DescribeReply {
@@ -530,6 +539,7 @@ export interface Event {
   requestId?: string;
   /** Default: `1`. */
   version: number;
+  erased?: boolean;
 }
 
 export interface ExportReply {

@@ -1,0 +1,163 @@
+"""The bus's JetStream streams, as an erasure sees them (PROTOCOL v4, "Erasure"): every
+message that holds an erased memory's id or text is deleted, by sequence.
+
+Which streams: those the bus makes (`MEMBUS_*`: the durable writes' `MEMBUS_WRITES`, the
+webhooks' `MEMBUS_EVENTS_<ns>`) and any other whose subjects overlap the namespace's
+(`mem.<ns>.>`, `memq.<ns>.>`: an operator's stream that a webhook uses). Each is read on
+the namespace's subjects only, one message at a time (`next_by_subj`), at most
+`SCAN_MAX` messages per stream and subject: erasure is rare, and a stream of one namespace
+holds a few days of its events. A deleted message is overwritten on disk by the server
+(STREAM.MSG.DELETE without `no_erase`).
+
+A message is the erased memories' when its body (JSON, every string in it) names one of
+their ids, or holds one of their texts (equal to it, or containing it when it is at least
+`MIN_CONTAINED` characters), or when it is a durable `add` or `capture` whose memory id
+(`ids.derived_id` of its request id and time) is one of them. Events carry the memory's id,
+durable updates and deletes too; a durable add is found by its derived id, and a repeated
+add (a mention of the memory) by its text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+import structlog
+from nats.js import JetStreamContext
+from nats.js.errors import NotFoundError
+
+from contracts.subjects import DURABLE_PREFIX, PREFIX
+from handlers.store.ids import derived_id
+
+log = structlog.get_logger("membus.streams")
+
+# The bus's own streams are named so.
+OWN_PREFIX = "MEMBUS_"
+# Messages read at most per stream and subject filter in one erasure.
+SCAN_MAX = 50_000
+# A text shorter than this is matched only by equality (a short text such as "ok" would be
+# part of unrelated messages).
+MIN_CONTAINED = 12
+# Durable operations whose new memory's id derives from the request id.
+_DERIVED_OPS = ("add", "capture")
+
+
+@dataclass(frozen=True, slots=True)
+class Sought:
+    """What marks a message as an erased memory's: its ids and its texts."""
+
+    ids: frozenset[str]
+    texts: frozenset[str]
+
+    def in_body(self, data: bytes) -> bool:
+        try:
+            strings = list(_strings(msgspec.json.decode(data)))
+        except (msgspec.DecodeError, RecursionError):
+            body = data.decode("utf-8", "replace")
+            strings = [body]
+        for s in strings:
+            if s in self.ids or s in self.texts:
+                return True
+            if any(len(t) >= MIN_CONTAINED and t in s for t in self.texts):
+                return True
+            if any(i in s for i in self.ids):  # inside a longer string (a not-JSON body)
+                return True
+        return False
+
+
+def _strings(value: Any) -> Iterable[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _strings(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _strings(v)
+
+
+def _tokens_overlap(a: list[str], b: list[str]) -> bool:
+    """Whether two NATS subject patterns (as tokens) can match one subject."""
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x == ">" or y == ">":
+            return True
+        if x != y and "*" not in (x, y):
+            return False
+        if i == min(len(a), len(b)) - 1:
+            return len(a) == len(b)
+    return len(a) == len(b)
+
+
+def overlaps(a: str, b: str) -> bool:
+    return _tokens_overlap(a.split("."), b.split("."))
+
+
+class Streams:
+    """Erasure's reading and deleting of stream messages."""
+
+    def __init__(self, js: JetStreamContext) -> None:
+        self.js = js
+
+    async def erase(self, ns: str, sought: Sought) -> tuple[int, bool]:
+        """Delete the namespace's messages that `sought` marks, in every stream of the bus;
+        how many, and whether every stream was read whole (False: one held more than
+        SCAN_MAX of the namespace's messages, the rest unread)."""
+        filters = [f"{DURABLE_PREFIX}.{ns}.>", f"{PREFIX}.{ns}.>"]
+        erased, whole = 0, True
+        for info in await self._every_stream():
+            subjects = list(info.config.subjects or [])
+            name = info.config.name or ""
+            mine = [f for f in filters if any(overlaps(f, s) for s in subjects)]
+            if not mine and not name.startswith(OWN_PREFIX):
+                continue
+            last = info.state.last_seq
+            for flt in mine:
+                n, done = await self._erase_in(name, flt, info.state.first_seq, last, sought)
+                erased += n
+                whole = whole and done
+        return erased, whole
+
+    async def _every_stream(self) -> list[Any]:
+        """Every stream's info: STREAM.LIST answers a page at a time."""
+        found: list[Any] = []
+        while page := await self.js.streams_info(offset=len(found)):
+            found += page
+        return found
+
+    async def _erase_in(
+        self, stream: str, flt: str, first: int, last: int, sought: Sought
+    ) -> tuple[int, bool]:
+        seq, erased = max(first, 1), 0
+        for _ in range(SCAN_MAX):
+            if seq > last:
+                return erased, True
+            try:
+                msg = await self.js.get_msg(stream, seq, subject=flt, next=True)
+            except NotFoundError:
+                return erased, True
+            if msg.seq is None or msg.seq > last:
+                return erased, True
+            if self._marked(stream, msg, sought):
+                try:
+                    if await self.js.delete_msg(stream, msg.seq):
+                        erased += 1
+                except NotFoundError:
+                    pass  # acknowledged (a work queue) or aged out meanwhile
+            seq = msg.seq + 1
+        log.warning("erase.scan_bounded", stream=stream, subject=flt, read=SCAN_MAX, at=seq)
+        return erased, seq > last
+
+    @staticmethod
+    def _marked(stream: str, msg: Any, sought: Sought) -> bool:
+        if msg.data and sought.in_body(msg.data):
+            return True
+        parts = (msg.subject or "").split(".")
+        if len(parts) >= 3 and parts[0] == DURABLE_PREFIX and parts[2] in _DERIVED_OPS:
+            request_id = (msg.headers or {}).get("Nats-Msg-Id") or f"{stream}:{msg.seq}"
+            if msg.time is not None:
+                # The consumer's timestamp and this one may round apart by a millisecond.
+                ms = int(msg.time.timestamp() * 1000)
+                return any(derived_id(t, request_id) in sought.ids for t in (ms - 1, ms, ms + 1))
+        return False
