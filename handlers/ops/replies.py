@@ -56,7 +56,16 @@ FROM_WIRE: dict[str, Callable[[Any], Any]] = {
 }
 # Wire fields of a memory that its record does not hold: the read that returns it gives them.
 READ_ONLY = frozenset(
-    {"access_count", "last_accessed_at", "score", "similarity", "text_score", "path", "embedding"}
+    {
+        "access_count",
+        "last_accessed_at",
+        "score",
+        "similarity",
+        "text_score",
+        "path",
+        "embedding",
+        "embedding_of",
+    }
 )
 _RECORD_FIELDS = frozenset(Record.__struct_fields__)
 
@@ -129,10 +138,10 @@ def to_exported(
     access_count: int,
     last_accessed_ms: int | None,
     embedding: list[float] | None = None,
+    embedding_of: str | None = None,
 ) -> ExportedMemory:
-    return as_wire(
-        ExportedMemory, rec, **_counters(rec, access_count, last_accessed_ms), embedding=embedding
-    )
+    counters = _counters(rec, access_count, last_accessed_ms)
+    return as_wire(ExportedMemory, rec, **counters, embedding=embedding, embedding_of=embedding_of)
 
 
 def to_scored(

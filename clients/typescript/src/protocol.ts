@@ -437,6 +437,7 @@ export const SHAPES: Readonly<Record<string, Shape>> = {
       idle_ttl_s: ["idleTtlS", 0, null],
       content_hash: ["contentHash", 0, ""],
       embedding: ["embedding", 0, null],
+      embedding_of: ["embeddingOf", 0, null],
     },
   },
   GetReply: {
@@ -519,6 +520,7 @@ export const SHAPES: Readonly<Record<string, Shape>> = {
       store: ["store", 0],
       content_hash: ["contentHash", 0],
       embedding: ["embedding", 0],
+      embedding_of: ["embeddingOf", 0],
       valid_from: ["validFrom", 0],
       valid_until: ["validUntil", 0],
       idle_ttl_s: ["idleTtlS", 0],
