@@ -62,9 +62,7 @@ async def export(ns: str, req: ExportRequest, deps: Deps) -> ExportReply:
     for f in live:
         vec = vectors.get(f.record.id)
         item = to_exported(
-            f.record,
-            f.access_count,
-            f.last_accessed_ms,
+            f,
             [float(x) for x in vec] if vec is not None else None,
             embedding_digest(meta.embedder, meta.dimension, f.record.content)
             if vec is not None
