@@ -316,6 +316,10 @@ class ExportedMemory(Memory, kw_only=True):
     content_hash: str = ""
     # The stored vector, when the export asked for `embeddings`.
     embedding: list[float] | None = None
+    # With `embedding`: what it is the vector of (a digest of the namespace's embedder, its
+    # dimension and `content`); an import uses the vector only when this matches the
+    # imported content and its own namespace's embedder, and embeds the content otherwise.
+    embedding_of: str | None = None
 
 
 class ExportReply(Reply, kw_only=True):

@@ -651,9 +651,13 @@ class ImportedMemory(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     superseded_by: ImportedId | None = None
     workspace: Name | None = None
     store: MemoryStore = "private"
-    # The exact-dedup key as exported ("" outside dedup); absent: computed as `add` does.
+    # "" keeps the memory outside exact dedup; any other value, or none, is recomputed from
+    # the imported content as `add` computes it (never taken from the line).
     content_hash: Annotated[str, msgspec.Meta(max_length=64)] | None = None
     embedding: Embedding | None = None
+    # The export's digest of what `embedding` is the vector of: without it, or when it does
+    # not match this content and the namespace's embedder, the content is embedded anew.
+    embedding_of: Annotated[str, msgspec.Meta(max_length=64)] | None = None
     valid_from: datetime | None = None
     valid_until: datetime | None = None
     idle_ttl_s: IdleTtlSeconds | None = None

@@ -21,7 +21,7 @@ from handlers.ops.registry import handles
 from handlers.ops.replies import to_compact, to_memory
 from handlers.ops.scoping import read_scope, read_time
 from handlers.store.filters import ReadScope, Tag, read_filter
-from handlers.store.record import Mentions, Record, person_tag
+from handlers.store.record import Mentions, Record, expiry, person_tag
 
 # Memories of the anchor's millisecond that a side reads beyond its count, to order them.
 TIES = 16
@@ -89,7 +89,9 @@ async def timeline(
     window = [*before, anchor, *after]
     deps.store.reads.keep_alive_later(ns, window, now)
     if req.mode == "full":
-        return TimelineReply(memories=[to_memory(r) for r in window], anchor_index=len(before))
+        # Their expiry as `keep_alive_later`, at `now`, leaves it.
+        shown = [to_memory(r, expires_ms=expiry(r, now)) for r in window]
+        return TimelineReply(memories=shown, anchor_index=len(before))
     return CompactTimelineReply(memories=[to_compact(r) for r in window], anchor_index=len(before))
 
 

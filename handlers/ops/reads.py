@@ -23,7 +23,7 @@ from handlers.ops.replies import to_compact, to_memory, wire_scope
 from handlers.ops.scoping import read_scope, read_time
 from handlers.store.filters import read_filter
 from handlers.store.queries import Page
-from handlers.store.record import Record, Summary
+from handlers.store.record import Record, Summary, expiry
 
 
 @handles(DescribeRequest)
@@ -88,7 +88,9 @@ async def list_(ns: str, req: ListRequest, deps: Deps) -> ListReply | CompactLis
         items = within(req.max_tokens, [to_compact(s) for s in page.items], lambda c: c.preview)
         return CompactListReply(count=len(items), total=page.total, memories=items)
     records = cast(list[Record], page.items)
-    memories = within(req.max_tokens, [to_memory(r) for r in records], lambda m: m.content)
+    # Their expiry as `keep_alive_later`, at `now`, leaves it.
+    shown = [to_memory(r, expires_ms=expiry(r, now)) for r in records]
+    memories = within(req.max_tokens, shown, lambda m: m.content)
     return ListReply(count=len(memories), total=page.total, memories=memories)
 
 
@@ -116,11 +118,17 @@ async def get(ns: str, req: GetRequest, deps: Deps) -> GetReply:
     stale = {mid for mid, key in keyed if key not in held and mid not in asked}
     by_id = {mid: f for mid, f in by_id.items() if mid not in stale}
     if not sees_all:
-        await deps.store.reads.touch(ns, list(by_id), now)
+        # Counted now: the expiries shown are those after this access.
+        touched = await deps.store.reads.touch(ns, list(by_id), now)
+        by_id = {
+            mid: f._replace(expires_ms=t)
+            for (mid, f), t in zip(by_id.items(), touched, strict=True)
+            if t is not None
+        }
     return GetReply(
         # Each distinct id once, in the order first asked for.
         memories=[
-            to_memory(f.record, f.access_count, f.last_accessed_ms)
+            to_memory(f.record, f.access_count, f.last_accessed_ms, expires_ms=f.expires_ms)
             for mid in unique
             if (f := by_id.get(mid)) is not None
         ],

@@ -30,7 +30,7 @@ from handlers.ops.scoping import read_scope, read_time
 from handlers.ops.search import ranked_candidates
 from handlers.ops.vectors import request_vector
 from handlers.store.filters import always_recalled, read_filter
-from handlers.store.record import Candidate, Record
+from handlers.store.record import Candidate, Fetched
 
 IDENTITY = "identity"
 # Path 2 takes the search's best this many; path 1 at most this many, the closest first.
@@ -86,7 +86,7 @@ async def recall(ns: str, req: RecallRequest, deps: Deps) -> RecallReply:
             fits, spent = fits_budget(f.record.content, spent, req.max_tokens)
             if not fits and results:
                 break
-            result = _recalled(pick, f.record, f.access_count, f.last_accessed_ms)
+            result = _recalled(pick, f, now)
             line = f"{result.type}: {' '.join(result.content.split())}"
             room -= len(_encoder.encode(result)) + len(_encoder.encode(line)) + 2
             if room < 0:
@@ -214,13 +214,11 @@ def _units(vectors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {mid: v / n for mid, v in vectors.items() if (n := float(np.linalg.norm(v))) > 0}
 
 
-def _recalled(
-    pick: Pick, rec: Record, access_count: int, last_accessed_ms: int | None
-) -> RecalledMemory:
+def _recalled(pick: Pick, f: Fetched, now_ms: int) -> RecalledMemory:
+    # Its access is counted (`touch_later`) at `now_ms`, as a search's.
     scored = to_scored(
-        rec,
-        access_count,
-        last_accessed_ms,
+        f,
+        now_ms,
         score=pick.score,
         similarity=pick.cosine,
         text_score=pick.text,

@@ -27,7 +27,7 @@ from contracts.messages import (
 )
 from handlers.ops.clock import expiry_dt, ms_to_dt, opt_dt, opt_ms
 from handlers.store import filters
-from handlers.store.record import Record, Summary, expiry
+from handlers.store.record import Fetched, Record, Summary, pushed_expiry
 
 W = TypeVar("W", bound=msgspec.Struct)
 L = TypeVar("L", bound=str)
@@ -56,7 +56,16 @@ FROM_WIRE: dict[str, Callable[[Any], Any]] = {
 }
 # Wire fields of a memory that its record does not hold: the read that returns it gives them.
 READ_ONLY = frozenset(
-    {"access_count", "last_accessed_at", "score", "similarity", "text_score", "path", "embedding"}
+    {
+        "access_count",
+        "last_accessed_at",
+        "score",
+        "similarity",
+        "text_score",
+        "path",
+        "embedding",
+        "embedding_of",
+    }
 )
 _RECORD_FIELDS = frozenset(Record.__struct_fields__)
 
@@ -109,44 +118,50 @@ def _same(value: Any) -> Any:
     return value
 
 
-def _counters(rec: Record, access_count: int, last_accessed_ms: int | None) -> dict[str, Any]:
-    out = {
+def _counters(access_count: int, last_accessed_ms: int | None, expires_ms: int) -> dict[str, Any]:
+    # `expires_ms`: when the memory's keys expire after this request's own access (the read
+    # gives it); a record's stored `expires_at` runs ahead of that for an idle memory.
+    return {
         "access_count": access_count,
         "last_accessed_at": ms_to_dt(last_accessed_ms) if last_accessed_ms else None,
+        "expires_at": expiry_dt(expires_ms),
     }
-    if rec.idle_ttl_s is not None:
-        # Idle: its expiry follows its last access (its stored `expires_at` runs ahead).
-        out["expires_at"] = expiry_dt(expiry(rec, max(rec.updated_at, last_accessed_ms or 0)))
-    return out
 
 
-def to_memory(rec: Record, access_count: int = 0, last_accessed_ms: int | None = None) -> Memory:
-    return as_wire(Memory, rec, **_counters(rec, access_count, last_accessed_ms))
+def to_memory(
+    rec: Record,
+    access_count: int = 0,
+    last_accessed_ms: int | None = None,
+    *,
+    expires_ms: int,
+) -> Memory:
+    return as_wire(Memory, rec, **_counters(access_count, last_accessed_ms, expires_ms))
 
 
 def to_exported(
-    rec: Record,
-    access_count: int,
-    last_accessed_ms: int | None,
-    embedding: list[float] | None = None,
+    f: Fetched, embedding: list[float] | None = None, embedding_of: str | None = None
 ) -> ExportedMemory:
+    """An exported memory: as it is, its expiry untouched by the export."""
+    counters = _counters(f.access_count, f.last_accessed_ms, f.expires_ms)
     return as_wire(
-        ExportedMemory, rec, **_counters(rec, access_count, last_accessed_ms), embedding=embedding
+        ExportedMemory, f.record, **counters, embedding=embedding, embedding_of=embedding_of
     )
 
 
 def to_scored(
-    rec: Record,
-    access_count: int,
-    last_accessed_ms: int | None,
+    f: Fetched,
+    now_ms: int,
     *,
     score: float,
     similarity: float,
     text_score: float,
 ) -> ScoredMemory:
-    counters = _counters(rec, access_count, last_accessed_ms)
+    """A found memory, read without counting its access, which is counted (and an idle
+    memory's expiry pushed) at `now_ms`, right after the reply."""
+    expires = pushed_expiry(f.record, f.expires_ms, now_ms)
+    counters = _counters(f.access_count, f.last_accessed_ms, expires)
     scores = {"score": score, "similarity": similarity, "text_score": text_score}
-    return as_wire(ScoredMemory, rec, **counters, **scores)
+    return as_wire(ScoredMemory, f.record, **counters, **scores)
 
 
 def to_recalled(scored: ScoredMemory, path: str) -> RecalledMemory:

@@ -411,9 +411,8 @@ async def _read_results(
             break
         results.append(
             to_scored(
-                f.record,
-                f.access_count,
-                f.last_accessed_ms,
+                f,
+                now,
                 score=r.score,
                 similarity=r.cosine,
                 text_score=r.text,

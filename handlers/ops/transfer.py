@@ -4,6 +4,9 @@ times, expiry, counters and stores. Both need full trust (they cross every store
 
 from __future__ import annotations
 
+import hashlib
+from typing import NamedTuple
+
 import msgspec
 import numpy as np
 
@@ -59,10 +62,11 @@ async def export(ns: str, req: ExportRequest, deps: Deps) -> ExportReply:
     for f in live:
         vec = vectors.get(f.record.id)
         item = to_exported(
-            f.record,
-            f.access_count,
-            f.last_accessed_ms,
+            f,
             [float(x) for x in vec] if vec is not None else None,
+            embedding_digest(meta.embedder, meta.dimension, f.record.content)
+            if vec is not None
+            else None,
         )
         size = len(_encoder.encode(item)) + 1
         # Whole memories or none: what does not fit is named in `pending`, never cut.
@@ -80,8 +84,25 @@ async def export(ns: str, req: ExportRequest, deps: Deps) -> ExportReply:
     )
 
 
-def _record(m: ImportedMemory, deps: Deps) -> Record:
-    """The stored form of an imported memory, checked as an add checks it."""
+def embedding_digest(embedder: str, dimension: int, content: str) -> str:
+    """What an exported vector is of (`embedding_of`): the embedder, its dimension and the
+    embedded text. An import takes the vector only for the same three."""
+    raw = f"{embedder}\0{dimension}\0{content}".encode()
+    return hashlib.sha256(raw).hexdigest()[:32]
+
+
+class _Checked(NamedTuple):
+    line: ImportedMemory
+    rec: Record
+    # When an idle memory was last kept alive: its keys expire `idle_ttl_s` after it.
+    accessed_ms: int
+
+
+def _record(m: ImportedMemory, deps: Deps, now: int) -> _Checked:
+    """The stored form of an imported memory, checked as an add checks it. What the store
+    derives from a memory's values (its dedup key, an idle memory's expiry; the index's
+    flags, word counts and vector follow in the write) is computed here from the imported
+    values, never taken from the line: a line edited by hand stays consistent."""
     type_config(deps.settings.types, m.type)
     check_narrative(m.narrative)
     check_no_nul(title=m.title, narrative=m.narrative, facts=m.facts)
@@ -94,32 +115,43 @@ def _record(m: ImportedMemory, deps: Deps) -> Record:
         updated_at=dt_to_ms(m.updated_at) if m.updated_at else created,
         expires_at=dt_to_ms(m.expires_at) if m.expires_at else PERMANENT_MS,
         metadata=check_metadata(m.metadata) if m.metadata else None,
-        content_hash=m.content_hash or "",
     )
-    if m.content_hash is None:
+    if m.content_hash != "":  # "": added with dedup "none", and kept out of dedup
         rec = msgspec.structs.replace(rec, content_hash=content_hash(rec))
-    if rec.idle_ttl_s is not None:
-        # Idle: it expires that long after its last access, as where it was exported.
-        rec = msgspec.structs.replace(
-            rec, **lifetime(_last_access(m, rec), PERMANENT_MS, rec.idle_ttl_s)
-        )
-    return rec
-
-
-def _last_access(m: ImportedMemory, rec: Record) -> int:
+    # Its last access or write, never ahead of now (that would keep an idle memory longer
+    # than its idle time).
     last = dt_to_ms(m.last_accessed_at) if m.last_accessed_at else 0
-    return max(rec.updated_at, last)
+    accessed = min(max(rec.updated_at, last), now)
+    if rec.idle_ttl_s is not None:
+        accessed, cap = _idle_times(rec.idle_ttl_s, accessed, rec.expires_at, now)
+        rec = msgspec.structs.replace(rec, **lifetime(accessed, cap, rec.idle_ttl_s))
+    return _Checked(m, rec, accessed)
 
 
-async def _vectors(
-    ns: str, todo: list[tuple[ImportedMemory, Record]], deps: Deps
-) -> list[np.ndarray]:
-    """Each memory's vector: its exported one where given (checked as an `add`'s), else this
-    handler's embedding of its content, in one batch."""
+def _idle_times(idle_ttl_s: int, last_ms: int, exported_ms: int, now: int) -> tuple[int, int]:
+    """An idle memory's last keep-alive and TTL's end (PERMANENT_MS: none known), from its
+    last access and the expiry it was exported with. An expiry before the last access's
+    own is its TTL's end, kept. A later one says that reads which count no access (`list`)
+    kept it alive: it is taken, but never more than `idle_ttl_s` from now (what a read now
+    would give)."""
+    idle_ms = idle_ttl_s * 1000
+    if exported_ms >= PERMANENT_MS:  # none exported: from the last access
+        return last_ms, PERMANENT_MS
+    if exported_ms < last_ms + idle_ms:
+        return last_ms, exported_ms
+    return min(exported_ms - idle_ms, now), PERMANENT_MS
+
+
+async def _vectors(ns: str, todo: list[_Checked], deps: Deps) -> list[np.ndarray]:
+    """Each memory's vector: its exported one where it is the vector of this content by the
+    namespace's embedder (`embedding_of`; checked as an `add`'s), else this handler's
+    embedding of the content, in one batch."""
     meta = await deps.store.meta(ns)
     out: list[np.ndarray | None] = []
-    for m, _ in todo:
-        if m.embedding is None:
+    for m, rec, _ in todo:
+        if m.embedding is None or m.embedding_of != embedding_digest(
+            meta.embedder, meta.dimension, rec.content
+        ):
             out.append(None)
             continue
         try:
@@ -129,7 +161,7 @@ async def _vectors(
                 f"Memory {m.id!r}: {exc.message} Import into a namespace of the same embedder,"
                 " or leave `embedding` out (export without --embeddings) to embed the content."
             ) from None
-    texts = [rec.content for (m, rec) in todo if m.embedding is None]
+    texts = [c.rec.content for c, v in zip(todo, out, strict=True) if v is None]
     if texts:
         embedded = iter(await embed_texts(ns, deps, meta, texts))
         out = [v if v is not None else next(embedded) for v in out]
@@ -144,27 +176,28 @@ async def import_(ns: str, req: ImportRequest, deps: Deps) -> ImportReply:
     if len(set(ids)) != len(ids):
         raise InvalidRequest("`memories` names the same id twice; send each memory once.")
     # Every memory is checked before any is written: a bad one fails the request whole.
-    checked = [(m, _record(m, deps)) for m in req.memories]
+    checked = [_record(m, deps, now) for m in req.memories]
     present = await deps.store.transfer.existing(ns, ids)
-    todo: list[tuple[ImportedMemory, Record]] = []
-    for m, rec in checked:
-        if expiry(rec, _last_access(m, rec)) <= now:
+    todo: list[_Checked] = []
+    for c in checked:
+        m, rec = c.line, c.rec
+        if expiry(rec, c.accessed_ms) <= now:
             reply.expired.append(m.id)
         elif m.id in present:
             reply.existing.append(m.id)
         elif rec.type == STATE_TYPE and rec.workspace is None:
             raise InvalidRequest(f"State {m.id!r} has no workspace; a state lives in one.")
         else:
-            todo.append((m, rec))
+            todo.append(c)
     if not todo:
         return reply
     vectors = await _vectors(ns, todo, deps)
-    for (m, rec), vec in zip(todo, vectors, strict=True):
+    for (m, rec, accessed), vec in zip(todo, vectors, strict=True):
         added = Entry(
             event="added", at=rec.created_at, agent_id=rec.agent_id, session_id=rec.session_id
         )
         last = dt_to_ms(m.last_accessed_at) if m.last_accessed_at else None
-        if await deps.store.transfer.write(ns, rec, vec, m.access_count, last, added):
+        if await deps.store.transfer.write(ns, rec, vec, m.access_count, last, accessed, added):
             reply.created.append(rec.id)
             await publish_event(deps, ns, "added", rec, now)
         else:  # written meanwhile (the same import, run twice at once)

@@ -50,6 +50,7 @@ from handlers.store.filters import ReadScope, in_store, read_filter
 from handlers.store.ids import derived_id, new_id
 from handlers.store.reads import record_row
 from handlers.store.record import PERMANENT_MS, Entry, Record, lifetime
+from handlers.store.record import expiry as record_expiry
 from handlers.store.writes import AlreadyApplied, Immutable, Stale
 
 # clear_by_type deletes in batches this small, so that Redis (which runs each batch's script
@@ -82,13 +83,14 @@ def content_hash(rec: Record) -> str:
     return hashlib.sha256(raw).hexdigest()[:32]
 
 
-def _added(rec: Record, repeated: bool = False) -> AddReply:
-    """The reply to an add that stored `rec`, or that repeated it (mention counted)."""
+def _added(rec: Record, expires_ms: int, repeated: bool = False) -> AddReply:
+    """The reply to an add that stored `rec`, or that repeated it (mention counted); its
+    keys expire at `expires_ms`."""
     return AddReply(
         id=rec.id,
         workflow_id=rec.workflow_id,
         importance=rec.importance,
-        expires_at=expiry_dt(rec.expires_at),
+        expires_at=expiry_dt(expires_ms),
         duplicate_of=rec.id if repeated else None,
         mention_count=rec.mention_count,
         version=rec.version,
@@ -153,7 +155,9 @@ async def _write_superseding(
                 missing.add(mid)  # gone since: the others are superseded without it
             elif exc.why == "exists":  # the same durable add, written meanwhile
                 done = await deps.store.reads.read(ns, rec.id, now)
-                return _added(done or rec)
+                if done is None:
+                    return _added(rec, record_expiry(rec, now))
+                return _added(done, await _unpushed(ns, done, deps))
             elif exc.why == "superseded":
                 raise superseded_already(ns, mid, int(exc.detail)) from None
             elif exc.why == "immutable":
@@ -165,10 +169,9 @@ async def _write_superseding(
                 ) from None
     repeat = record_row(out[0]) if isinstance(out[0], list) else None
     if repeat is not None:
-        reply = _added(repeat, repeated=True)
-        await publish_event(deps, ns, "updated", repeat, now)
+        reply = await _repeated(ns, repeat, deps, now)
     else:
-        reply = _added(rec)
+        reply = _added(rec, record_expiry(rec, now))
         await publish_event(deps, ns, "added", rec, now)
     for mid, got in zip(live, out[1:], strict=True):
         old = record_row(got[0]) if isinstance(got, list) and isinstance(got[0], list) else None
@@ -183,7 +186,17 @@ async def _write_superseding(
 
 async def _repeated(ns: str, rec: Record, deps: Deps, now: int) -> AddReply:
     await publish_event(deps, ns, "updated", rec, now)
-    return _added(rec, repeated=True)
+    return _added(rec, await _unpushed(ns, rec, deps), repeated=True)
+
+
+async def _unpushed(ns: str, rec: Record, deps: Deps) -> int:
+    """When a memory that this request wrote without pushing its expiry (a mention, or a
+    durable write applied before) expires: an idle one's keys are asked, as reads move
+    them; any other's is its record's."""
+    if rec.idle_ttl_s is None:
+        return rec.expires_at
+    [at] = await deps.store.reads.expiries(ns, [rec.id])
+    return record_expiry(rec, rec.updated_at) if at is None else at
 
 
 async def _near_duplicate(
@@ -241,7 +254,7 @@ async def add(ns: str, req: AddRequest, deps: Deps) -> AddReply:
     ):
         # A durable add applied before (its mark lost with a handler): nothing to do, no
         # embedding, and no dedup, which would count the memory as a mention of itself.
-        return _added(done)
+        return _added(done, await _unpushed(ns, done, deps))
     if req.supersedes and req.type != STATE_TYPE:
         # Checked before the write: a state never changes, not even its `superseded_by`.
         found = await deps.store.reads.types(ns, req.supersedes)
@@ -360,16 +373,21 @@ async def _write(ns: str, req: AddRequest, rec: Record, vec: np.ndarray, deps: D
         # The same durable add, written meanwhile by another handler (its claim lapsed while
         # this one was still at work; `add` checks first otherwise): nothing more to do.
         written = await deps.store.reads.read(ns, rec.id, now)
-        return _added(written or rec)
+        if written is None:
+            return _added(rec, record_expiry(rec, now))
+        return _added(written, await _unpushed(ns, written, deps))
     except Stale as exc:
         raise key_moved(str(req.key), req.expected_version or 0, exc) from None
     if done.repeated:
         return await _repeated(ns, done.record, deps, now)
     if done.replaced:
         await publish_event(deps, ns, "updated", done.record, now, agent_id=req.agent_id)
-        return msgspec.structs.replace(_added(done.record), replaced=True)
+        # Its keys' PEXPIREAT as the replace wrote them (the add's `new_hash`).
+        replaced = _added(done.record, record_expiry(done.record, now))
+        return msgspec.structs.replace(replaced, replaced=True)
     await publish_event(deps, ns, "added", rec, now)
-    return _added(rec)
+    # Its keys' PEXPIREAT as the add wrote them (`new_hash`).
+    return _added(rec, record_expiry(rec, now))
 
 
 def key_moved(key: str, expected: int, exc: Stale) -> VersionConflict:
@@ -473,20 +491,20 @@ async def update(ns: str, req: UpdateRequest, deps: Deps) -> UpdateReply:
             rec = await deps.store.reads.read(ns, req.id, now)
             if rec is None or not deps.access.sees(rec.store):
                 raise missing_memory(ns, req.id)
-            return _updated(rec, rec.updated_at)
+            return _updated(rec, rec.updated_at, await _unpushed(ns, rec, deps))
         if later & given:
             req = msgspec.structs.replace(req, **_left_out(later & given))
         at = _mark(write.position)
         return await _update(ns, req, deps, {name: at for name in given - later})
 
 
-def _updated(rec: Record, at_ms: int) -> UpdateReply:
+def _updated(rec: Record, at_ms: int, expires_ms: int) -> UpdateReply:
     return UpdateReply(
         id=rec.id,
         workflow_id=rec.workflow_id,
         importance=rec.importance,
         updated_at=ms_to_dt(at_ms),
-        expires_at=expiry_dt(rec.expires_at),
+        expires_at=expiry_dt(expires_ms),
         version=rec.version,
     )
 
@@ -517,7 +535,8 @@ async def _update(
         raise missing_memory(ns, req.id)
     new = msgspec.structs.replace(new, version=version)
     await publish_event(deps, ns, "updated", new, now, agent_id=req.agent_id)
-    reply = _updated(new, now)
+    # An update is an access: its keys' expiry as the update set it (`update_call`).
+    reply = _updated(new, now, record_expiry(new, now))
     if secrets.redacted:
         reply = msgspec.structs.replace(reply, redacted=secrets.redacted)
     return reply

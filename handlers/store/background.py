@@ -24,14 +24,14 @@ class Added(Protocol):
 
 class Background:
     def __init__(self) -> None:
-        self._tasks: set[asyncio.Future[None]] = set()
+        self._tasks: set[asyncio.Future[object]] = set()
 
-    def run(self, work: Coroutine[Any, Any, None], failed: str) -> None:
-        """Run `work` in the background; a failure is logged as `failed`."""
+    def run(self, work: Coroutine[Any, Any, object], failed: str) -> None:
+        """Run `work` in the background (its result unused); a failure is logged as `failed`."""
         task = asyncio.ensure_future(work)
         self._tasks.add(task)
 
-        def done(task: asyncio.Future[None]) -> None:
+        def done(task: asyncio.Future[object]) -> None:
             self._tasks.discard(task)
             if not task.cancelled() and task.exception() is not None:
                 log.warning(failed, error=repr(task.exception()))

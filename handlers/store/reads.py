@@ -15,7 +15,15 @@ from handlers.store import keys
 from handlers.store.background import Background
 from handlers.store.failures import Guard
 from handlers.store.lua import fragment, lua
-from handlers.store.record import RECORD_FIELDS, Entry, Fetched, Record, Summary, record_of
+from handlers.store.record import (
+    RECORD_FIELDS,
+    Entry,
+    Fetched,
+    Record,
+    Summary,
+    key_expiry,
+    record_of,
+)
 from handlers.store.resp import text
 from handlers.store.schema import VECTOR_FIELD
 from handlers.store.tallies import tally_prefix
@@ -57,8 +65,9 @@ end
 # ARGV[1] is now (ms), ARGV[3..5] the history, dedup and tally prefixes, ARGV[6..] the record
 # fields to return, `expires_at` first. Each result is
 # false (missing or expired) or the field values followed by the access counters as they were
-# before this access. The access hash inherits the record's expiry; checking the record first
-# keeps a bump from resurrecting a deleted memory as a stray key.
+# before this access, and the record's PEXPIRETIME after it (what a reply shows). The access
+# hash inherits the record's expiry; checking the record first keeps a bump from
+# resurrecting a deleted memory as a stray key.
 FETCH_LUA = lua(
     TALLY,
     KEEP,
@@ -81,6 +90,7 @@ for i = 1, #KEYS, 2 do
     end
     vals[#fields + 1] = old[1]
     vals[#fields + 2] = old[2]
+    vals[#fields + 3] = redis.call('PEXPIRETIME', rec)
     out[#out + 1] = vals
   else
     out[#out + 1] = false
@@ -118,12 +128,13 @@ def _fetched(rows: list[Any]) -> list[Fetched | None]:
         if not row:
             found.append(None)
             continue
-        *values, count, last = row
+        *values, count, last, expires = row
         found.append(
             Fetched(
                 record_of(RECORD_FIELDS, values),
                 access_count=int(count) if count else 0,
                 last_accessed_ms=int(last) if last else None,
+                expires_ms=key_expiry(int(expires)),
             )
         )
     return found
@@ -207,13 +218,28 @@ class Reads:
         if ids:
             self._background.run(self.touch(ns, ids, now_ms), "store.touch_failed")
 
-    async def touch(self, ns: str, ids: list[str], now_ms: int, count: bool = True) -> None:
+    async def touch(
+        self, ns: str, ids: list[str], now_ms: int, count: bool = True
+    ) -> list[int | None]:
         """Count an access to each live memory (without `count`, only push the expiry of
-        those forgotten when idle, as a `list` does)."""
-        if ids:
-            args = [*fetch_args(ns, now_ms, "1" if count else "2"), RECORD_FIELDS[0]]
-            async with self._guard():
-                await self._fetch(keys=keys.memory_keys(ns, ids), args=args)
+        those forgotten when idle, as a `list` does); each one's expiry after it (None where
+        gone)."""
+        if not ids:
+            return []
+        args = [*fetch_args(ns, now_ms, "1" if count else "2"), RECORD_FIELDS[0]]
+        async with self._guard():
+            rows = await self._fetch(keys=keys.memory_keys(ns, ids), args=args)
+        return [key_expiry(int(row[-1])) if row else None for row in rows]
+
+    async def expiries(self, ns: str, ids: list[str]) -> list[int | None]:
+        """When each memory's keys expire (PERMANENT_MS: never; None where gone), without
+        touching them."""
+        async with self._guard():
+            pipe = self.client.pipeline(transaction=False)
+            for mid in ids:
+                pipe.pexpiretime(keys.record_key(ns, mid))
+            raw = await pipe.execute()
+        return [None if int(t) == -2 else key_expiry(int(t)) for t in raw]
 
     def keep_alive_later(self, ns: str, records: Sequence[Summary], now_ms: int) -> None:
         """After a read that returned memories without counting an access (`list`,

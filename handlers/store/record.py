@@ -128,11 +128,13 @@ class Mentions(msgspec.Struct, kw_only=True, rename=STORAGE_NAMES):
 
 class Fetched(NamedTuple):
     """A live memory as a read returns it: the record and its access counters as they were
-    before this read."""
+    before this read, and when its keys expire after this read (their PEXPIRETIME; an
+    idle memory's moves with reads)."""
 
     record: Record
     access_count: int
     last_accessed_ms: int | None
+    expires_ms: int
 
 
 class TypeGroup(msgspec.Struct, kw_only=True):
@@ -248,6 +250,20 @@ def expiry(rec: Record, at_ms: int) -> int:
     if rec.idle_ttl_s is None:
         return rec.expires_at
     return idle_expiry(rec.idle_ttl_s, at_ms, rec.ttl_until or PERMANENT_MS)[0]
+
+
+def key_expiry(pexpiretime: int) -> int:
+    """A key's PEXPIRETIME as a record's time: PERMANENT_MS for a key without one (-1)."""
+    return PERMANENT_MS if pexpiretime < 0 else pexpiretime
+
+
+def pushed_expiry(rec: Record, key_ms: int, now_ms: int) -> int:
+    """When a memory whose keys expire at `key_ms` expires once an access at `now_ms` has
+    pushed it (`KEEP`): an idle one `idle_ttl_s` from then at most its TTL's end, unless
+    its keys outlive that already; any other is unmoved."""
+    if rec.idle_ttl_s is None:
+        return key_ms
+    return max(key_ms, expiry(rec, now_ms))
 
 
 def validity(rec: Record) -> tuple[int, int]:

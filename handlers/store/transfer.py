@@ -125,11 +125,12 @@ class Transfer:
         vector: np.ndarray,
         access_count: int,
         last_accessed_ms: int | None,
+        accessed_ms: int,
         entry: Entry,
     ) -> bool:
-        """Write `rec` as it is (its id, times and expiry); False when its id exists."""
-        # An idle memory expires that long after its last access, as it did where exported.
-        fields, expires = new_hash(rec, vector, max(rec.updated_at, last_accessed_ms or 0))
+        """Write `rec` as it is (its id, times and expiry); False when its id exists. An idle
+        memory expires that long after `accessed_ms`, its last access or write."""
+        fields, expires = new_hash(rec, vector, accessed_ms)
         script_keys = [
             keys.record_key(ns, rec.id),
             keys.access_key(ns, rec.id),

@@ -14,6 +14,7 @@ import redis.asyncio as aioredis
 from bus import AgentMemory, MemoryBus
 from bus.errors import InvalidRequest
 from contracts.messages import ImportedMemory
+from handlers.ops.clock import dt_to_ms
 from handlers.store import keys
 from handlers.store.tallies import tally_prefix
 
@@ -66,15 +67,101 @@ async def test_every_kind_of_read_pushes_the_expiry(
     counted = (await wf123.get([added.id])).memories[0]
     t2 = await _expiry(rds, key_ns, added.id)
     assert t2 > t1
-    # What a read reports is that expiry, from its last access.
-    assert counted.expires_at is not None
-    assert abs(counted.expires_at.timestamp() * 1000 - t2) < 1_000
+    # What a read reports is that expiry, after its own access.
+    assert _shown(counted.expires_at) == t2
 
     await asyncio.sleep(0.3)
     await wf123.list()  # a list pushes the expiry without counting an access
     await _pushed(rds, key_ns, added.id, t2)
     again = (await wf123.get([added.id])).memories[0]
     assert again.access_count == counted.access_count + 1
+
+
+def _shown(at: datetime | None) -> int:
+    assert at is not None
+    return dt_to_ms(at)
+
+
+async def test_every_reply_shows_the_expiry_its_own_access_leaves(
+    bus: MemoryBus, wf123: AgentMemory, key_ns: str, rds: aioredis.Redis
+) -> None:
+    # Each reply's `expires_at` is the key's PEXPIRETIME once the request's own access has
+    # pushed it: at once for add, update and get; after the reply for those that count or
+    # keep alive in the background (search, recall, list, timeline); untouched for export.
+    added = await wf123.add("fact", "the staging password rotates monthly", idle_ttl_s=60)
+    mid = added.id
+    now = await _expiry(rds, key_ns, mid)
+    assert _shown(added.expires_at) == now
+
+    async def moved(shown: datetime | None) -> None:
+        nonlocal now
+        now = await _pushed(rds, key_ns, mid, now)
+        assert _shown(shown) == now
+
+    await asyncio.sleep(0.02)
+    await moved((await wf123.get([mid])).memories[0].expires_at)
+    await asyncio.sleep(0.02)
+    await moved((await wf123.update(mid, importance=0.9)).expires_at)
+    await asyncio.sleep(0.02)
+    await moved((await wf123.search("staging password")).results[0].expires_at)
+    await asyncio.sleep(0.02)
+    await moved((await wf123.recall("staging password", session_id="s1")).results[0].expires_at)
+    await asyncio.sleep(0.02)
+    await moved((await wf123.list()).memories[0].expires_at)
+    await asyncio.sleep(0.02)
+    await moved((await wf123.timeline(mid, mode="full")).memories[0].expires_at)
+    await asyncio.sleep(0.02)
+    # Below full trust a get counts its access after the read, as it did before the reply.
+    inner = MemoryBus(bus.nc, bus.namespace, bus.timeout, owns=False, trust="inner")
+    shared = await wf123.add("fact", "shared and idle", idle_ttl_s=60, store="shared")
+    await asyncio.sleep(0.02)
+    seen = (await inner.agent(workflow_id="wf_123").get([shared.id])).memories[0]
+    assert _shown(seen.expires_at) == await _expiry(rds, key_ns, shared.id)
+    assert _shown(seen.expires_at) > _shown(shared.expires_at)
+    # Neither an export nor a repeat of its content (a mention) pushes it: they show it.
+    await asyncio.sleep(0.02)
+    [out] = (await bus.export_page(ids=[mid])).memories
+    again = await wf123.add("fact", "the staging password rotates monthly", idle_ttl_s=60)
+    assert again.duplicate_of == mid
+    assert _shown(out.expires_at) == _shown(again.expires_at) == await _expiry(rds, key_ns, mid)
+    assert _shown(out.expires_at) == now
+
+
+async def test_the_ttl_bounds_what_every_reply_shows(
+    wf123: AgentMemory, key_ns: str, rds: aioredis.Redis
+) -> None:
+    added = await wf123.add("context", "a short-lived note", idle_ttl_s=60, ttl_s=61)
+    cap = await _expiry(rds, key_ns, added.id) - 60_000 + 61_000
+    await asyncio.sleep(1.2)
+    got = (await wf123.get([added.id])).memories[0]
+    assert _shown(got.expires_at) == cap == await _expiry(rds, key_ns, added.id)
+    found = (await wf123.search("short-lived note")).results[0]
+    assert _shown(found.expires_at) == cap
+    listed = (await wf123.list()).memories[0]
+    assert _shown(listed.expires_at) == cap
+    # A plain TTL (not idle) is its record's, whatever reads it.
+    plain = await wf123.add("context", "plain ttl", ttl_s=600)
+    t = await _expiry(rds, key_ns, plain.id)
+    assert _shown(plain.expires_at) == t
+    assert _shown((await wf123.get([plain.id])).memories[0].expires_at) == t
+    assert (await wf123.add("fact", "kept forever")).expires_at is None
+
+
+@pytest.mark.transports("in_process")
+async def test_an_idle_memory_goes_at_the_time_its_reply_showed(
+    bus: MemoryBus, wf123: AgentMemory, key_ns: str, rds: aioredis.Redis
+) -> None:
+    # Waits out the shortest idle time (60 s): there until the time shown, gone after it.
+    added = await wf123.add("context", "forgotten when unread", idle_ttl_s=60)
+    await asyncio.sleep(1)
+    at = _shown((await wf123.get([added.id])).memories[0].expires_at)
+    await asyncio.sleep(max(0.0, (at - _ms() - 2_000) / 1000))
+    asked = _ms()
+    [there] = (await bus.export_page(ids=[added.id])).memories  # an export does not push it
+    assert asked < at and _shown(there.expires_at) == at
+    await asyncio.sleep(max(0.0, (at - _ms()) / 1000) + 0.05)
+    assert not await rds.exists(keys.record_key(key_ns, added.id))
+    assert (await wf123.get([added.id])).missing == [added.id]
 
 
 async def test_the_ttl_is_never_extended(

@@ -14,6 +14,7 @@ from inprocess import InProcess
 
 from bus import Forbidden, InvalidRequest, MemoryBus, NotFound
 from contracts.messages import ImportedMemory, ImportReply
+from handlers.ops.transfer import embedding_digest
 from handlers.store import keys
 
 pytestmark = pytest.mark.transports("in_process", "nats", "cluster")
@@ -118,13 +119,122 @@ async def test_an_imported_vector_is_checked_as_an_added_one(
     bus: MemoryBus, rds: aioredis.Redis
 ) -> None:
     now = datetime.now(UTC)
-    flat = ImportedMemory(id="z1", type="fact", content="x", created_at=now, embedding=[0.0] * 384)
+    seen = await bus.agent().describe()
+    # Said to be the vector of this content by this namespace's embedder: then it is used.
+    of = embedding_digest(seen.embedder, seen.dimension, "x")
+    flat = ImportedMemory(
+        id="z1", type="fact", content="x", created_at=now, embedding=[0.0] * 384, embedding_of=of
+    )
     with pytest.raises(InvalidRequest, match=r"Memory 'z1'.*not all zeros"):
         await bus.import_memories([flat])
-    short = ImportedMemory(id="z2", type="fact", content="x", created_at=now, embedding=[1.0] * 8)
+    short = ImportedMemory(
+        id="z2", type="fact", content="x", created_at=now, embedding=[1.0] * 8, embedding_of=of
+    )
     with pytest.raises(InvalidRequest, match=r"Memory 'z2'.*8 dimensions"):
         await bus.import_memories([short])
     assert not await rds.exists(keys.record_key(bus.namespace, "z1"))
+
+
+async def test_an_edited_line_is_deduplicated_by_its_own_content(bus: MemoryBus, ns: str) -> None:
+    # The dedup key is computed from what is imported: a line whose content was edited does
+    # not keep the key of its old text (which would fold every later add of that text into
+    # the edited memory, never storing it).
+    mem = bus.agent(workflow_id="wf1")
+    first = await mem.add("fact", "The deploy key lives in the vault")
+    [row] = await _all(bus)
+    row["content"] = "The deploy key lives on the wiki"
+    copy = MemoryBus(bus.nc, f"{ns}b", bus.timeout, owns=False)
+    assert (await copy.import_memories(_imported([row]))).created == [first.id]
+    there = copy.agent(workflow_id="wf1")
+    original = await there.add("fact", "The deploy key lives in the vault")
+    assert original.duplicate_of is None and original.id != first.id
+    edited = await there.add("fact", "the deploy key  lives on the WIKI")
+    assert (edited.duplicate_of, edited.mention_count) == (first.id, 2)
+    # A line that opted out of dedup ("") stays out of it.
+    plain = await mem.add("fact", "kept apart", dedup="none")
+    [out] = (await bus.export_page(ids=[plain.id])).memories
+    assert out.content_hash == ""
+    await copy.import_memories(_imported([msgspec.to_builtins(out)]))
+    assert (await there.add("fact", "kept apart")).duplicate_of is None
+
+
+async def test_an_imported_vector_is_used_only_for_its_own_text_and_embedder(
+    bus: MemoryBus, ns: str
+) -> None:
+    mem = bus.agent(workflow_id="wf1")
+    for text in ("alpha text", "beta text", "gamma text", "delta text"):
+        await mem.add("fact", text)
+    rows = {r["content"]: r for r in await _all(bus, embeddings=True)}
+    fresh = MemoryBus(bus.nc, f"{ns}c", bus.timeout, owns=False)
+    for text in ("alpha text", "beta edited", "gamma text", "delta text"):
+        await fresh.agent(workflow_id="wf1").add("fact", text)
+    embedded = {r["content"]: r["embedding"] for r in await _all(fresh, embeddings=True)}
+    alien = [1.0 if i % 2 else -1.0 for i in range(384)]
+    kept = rows["alpha text"]
+    kept["embedding"] = alien  # its own digest: taken as it is
+    edited = rows["beta text"]
+    edited["content"] = "beta edited"  # its vector is of the old text: embedded anew
+    edited["embedding"] = alien
+    bare = rows["gamma text"]
+    bare["embedding"], bare["embedding_of"] = alien, None  # no digest: embedded
+    other = rows["delta text"]
+    other["embedding"] = alien  # another model's vector of the same text: embedded
+    other["embedding_of"] = embedding_digest("some-other-model", 384, "delta text")
+    copy = MemoryBus(bus.nc, f"{ns}b", bus.timeout, owns=False)
+    await copy.import_memories(_imported([kept, edited, bare, other]))
+    stored = {r["content"]: r for r in await _all(copy, embeddings=True)}
+    assert stored["alpha text"]["embedding"] == pytest.approx(alien)
+    for text in ("beta edited", "gamma text", "delta text"):
+        assert stored[text]["embedding"] == pytest.approx(embedded[text]), text
+    seen = await copy.agent().describe()
+    assert stored["beta edited"]["embedding_of"] == embedding_digest(
+        seen.embedder, seen.dimension, "beta edited"
+    )
+
+
+async def test_an_idle_memory_expires_from_its_own_times(
+    bus: MemoryBus, ns: str, rds: aioredis.Redis
+) -> None:
+    copy = MemoryBus(bus.nc, f"{ns}b", bus.timeout, owns=False)
+    key_ns = await _key_ns(copy)
+    now = datetime.now(UTC).replace(microsecond=0)  # times are kept to the millisecond
+    ahead = ImportedMemory(  # a last access in the future keeps it no longer than now + idle
+        id="i1",
+        type="fact",
+        content="idle one",
+        created_at=now - timedelta(hours=1),
+        last_accessed_at=now + timedelta(days=365),
+        expires_at=now + timedelta(days=365, seconds=600),
+        idle_ttl_s=600,
+    )
+    capped = ImportedMemory(  # exported at its TTL's end: kept as its bound
+        id="i2",
+        type="fact",
+        content="idle, near its ttl",
+        created_at=now - timedelta(minutes=5),
+        last_accessed_at=now - timedelta(seconds=10),
+        expires_at=now + timedelta(seconds=100),
+        idle_ttl_s=600,
+    )
+    before = int(datetime.now(UTC).timestamp() * 1000)
+    await copy.import_memories([ahead, capped])
+    after = int(datetime.now(UTC).timestamp() * 1000)
+    t1 = await rds.pexpiretime(keys.record_key(key_ns, "i1"))
+    assert before + 600_000 <= t1 <= after + 600_000
+    t2 = await rds.pexpiretime(keys.record_key(key_ns, "i2"))
+    assert t2 == int(capped.expires_at.timestamp() * 1000)  # type: ignore[union-attr]
+    # A read does not push it past that bound.
+    got = (await copy.agent().get(["i2"])).memories[0]
+    assert await rds.pexpiretime(keys.record_key(key_ns, "i2")) == t2
+    assert got.expires_at == capped.expires_at
+
+
+async def _key_ns(bus: MemoryBus) -> str:
+    """The namespace as its Redis keys name it (a pooled one on a cluster)."""
+    nc = bus.nc
+    if isinstance(nc, InProcess):
+        return await nc.deps.store.locate(bus.namespace)
+    return bus.namespace
 
 
 # Hostile values an export file could carry (hand-edited, or from another system): each

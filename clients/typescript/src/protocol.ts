@@ -458,6 +458,7 @@ export const SHAPES: Readonly<Record<string, Shape>> = {
       key: ["key", 0, null],
       content_hash: ["contentHash", 0, ""],
       embedding: ["embedding", 0, null],
+      embedding_of: ["embeddingOf", 0, null],
     },
   },
   GetReply: {
@@ -542,6 +543,7 @@ export const SHAPES: Readonly<Record<string, Shape>> = {
       store: ["store", 0],
       content_hash: ["contentHash", 0],
       embedding: ["embedding", 0],
+      embedding_of: ["embeddingOf", 0],
       valid_from: ["validFrom", 0],
       valid_until: ["validUntil", 0],
       idle_ttl_s: ["idleTtlS", 0],

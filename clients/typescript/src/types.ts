@@ -628,6 +628,8 @@ export interface ExportedMemory {
   contentHash: string;
   /** Default: `null`. */
   embedding: number[] | null;
+  /** Default: `null`. Wire: `embedding_of`. */
+  embeddingOf: string | null;
 }
 
 export interface GetReply {
@@ -753,6 +755,8 @@ export interface ImportedMemory {
   contentHash?: string | null;
   /** 1..4096 items. Default: `null`. */
   embedding?: number[] | null;
+  /** At most 64 characters. Default: `null`. Wire: `embedding_of`. */
+  embeddingOf?: string | null;
   /** RFC 3339 date-time. Default: `null`. Wire: `valid_from`. */
   validFrom?: string | Date | null;
   /** RFC 3339 date-time. Default: `null`. Wire: `valid_until`. */
