@@ -101,6 +101,10 @@ _ENCODED_DASHES = "LS0tLS"
 _MAX_DECODED = 1 << 20
 
 
+# The kinds, in the order a field's are reported (v3's).
+KINDS = ("private_key", "jwt", "api_key", "cloud_key", "bearer_token", "url_password")
+
+
 class _Pattern(NamedTuple):
     kind: str
     regex: re.Pattern[str]
@@ -124,12 +128,12 @@ def visible(text: str) -> str:
 
 
 def find(text: str) -> list[str]:
-    """The kinds of secret in `text`, in the order of the patterns (each once)."""
+    """The kinds of secret in `text`, each once, in the order of `KINDS`."""
     shown = visible(text)
     kinds = [p.kind for p in _COMPILED if p.regex.search(shown)]
     for run in _ENCODED.finditer(shown):
         kinds += _decoded_kinds(run.group(0))
-    return list(dict.fromkeys(kinds))
+    return sorted(set(kinds), key=KINDS.index)
 
 
 def _decoded_kinds(run: str) -> list[str]:
@@ -145,7 +149,7 @@ def _decoded_kinds(run: str) -> list[str]:
             shown = visible(text)
             kinds = [p.kind for p in _COMPILED if p.regex.search(shown)]
             if kinds:
-                return list(dict.fromkeys(kinds))
+                return sorted(set(kinds), key=KINDS.index)
     return []
 
 
@@ -197,12 +201,13 @@ def _replace(text: str, spans: Callable[[str], Spans], found: list[str]) -> str:
 
 
 def redact(text: str) -> tuple[str, list[str]]:
-    """`text` with every secret replaced by `[redacted:<kind>]`, and the kinds found."""
+    """`text` with every secret replaced by `[redacted:<kind>]`, and the kinds found (in the
+    order of `KINDS`)."""
     found: list[str] = []
     for p in _COMPILED:
         text = _replace(text, functools.partial(_pattern_spans, p), found)
     text = _replace(text, _encoded_spans, found)
-    return text, list(dict.fromkeys(found))
+    return text, sorted(set(found), key=KINDS.index)
 
 
 class Secrets:

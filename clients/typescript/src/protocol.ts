@@ -145,6 +145,7 @@ export const SHAPES: Readonly<Record<string, Shape>> = {
     fields: {
       success: ["success", 0, true],
       results: ["results", ["a", "Applied"]],
+      redacted: ["redacted", 0],
     },
   },
   ApplyRequest: {
@@ -634,6 +635,7 @@ export const SHAPES: Readonly<Record<string, Shape>> = {
   OkReply: {
     fields: {
       success: ["success", 0, true],
+      redacted: ["redacted", 0],
     },
   },
   PeopleReply: {
@@ -741,6 +743,7 @@ export const SHAPES: Readonly<Record<string, Shape>> = {
     fields: {
       success: ["success", 0, true],
       results: ["results", ["a", "Reconciled"]],
+      redacted: ["redacted", 0],
     },
   },
   ReconcileRequest: {

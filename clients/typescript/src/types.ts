@@ -148,6 +148,7 @@ export interface ApplyReply {
   /** Default: `true`. */
   success: boolean;
   results: Applied[];
+  redacted?: string[];
 }
 
 /** Several writes of one namespace applied atomically: all, or none when any one is refused (v3). `workflow_id`, `workspace` and `agent_id` are each action's default. */
@@ -874,6 +875,7 @@ export interface Neighbour {
 export interface OkReply {
   /** Default: `true`. */
   success: boolean;
+  redacted?: string[];
 }
 
 export interface PeopleReply {
@@ -1044,6 +1046,7 @@ export interface ReconcileReply {
   /** Default: `true`. */
   success: boolean;
   results: Reconciled[];
+  redacted?: string[];
 }
 
 /** For each candidate fact, the nearest current memories in scope and what to do with it (read-only: nothing is written). */
