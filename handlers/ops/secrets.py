@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import binascii
 import functools
+import itertools
 import re
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Literal, NamedTuple
@@ -46,8 +47,8 @@ _END = r"(?![A-Za-z0-9])"
 _NOT_URL = "\\s\"'<>`"
 
 # (kind, pattern); where a pattern has a group named `secret`, only that group is
-# replaced (the user and host of a URL stay readable), else the whole match. In this order:
-# a URL's password goes whole before a key inside it could leave part of it behind.
+# replaced (a label stays readable), else the whole match. A URL's password (`_url_spans`)
+# goes first, whole, before a key inside it could leave part of it behind.
 _PATTERNS: list[tuple[str, str]] = [
     (
         "private_key",
@@ -56,27 +57,31 @@ _PATTERNS: list[tuple[str, str]] = [
         r"(?:.*?-{3,}\s*END[ \t]+(?:[A-Z0-9]+[ \t]+)*PRIVATE[ \t]+KEY(?:[ \t]+BLOCK)?\s*-{3,}"
         r"|.*\Z)",
     ),
-    (
-        "url_password",
-        # `scheme://user:password@host`: the password runs to the last `@` before the host,
-        # so it may hold `/`, `+` and `@`; a port followed by a path (`host:8080/x@y`) is not
-        # one.
-        rf"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^{_NOT_URL}/:@]*:(?!\d{{1,5}}/)"
-        rf"(?P<secret>(?!\[redacted:)[^{_NOT_URL}]+)@(?=[^{_NOT_URL}/@])",
-    ),
     ("jwt", rf"{_START}eyJ[A-Za-z0-9_-]{{8,}}\.eyJ[A-Za-z0-9_-]{{8,}}\.[A-Za-z0-9_-]{{8,}}"),
-    # Anthropic (sk-ant-), OpenAI (sk-, sk-proj-, sk-svcacct-), and the like.
-    ("api_key", rf"{_START}sk-(?:ant-|proj-|svcacct-|admin-)?[A-Za-z0-9_-]{{20,}}"),
-    ("api_key", rf"{_START}(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{{36,}}{_END}"),
-    ("api_key", rf"{_START}github_pat_[A-Za-z0-9_]{{40,}}{_END}"),
-    ("api_key", rf"{_START}glpat-[A-Za-z0-9_-]{{20,}}{_END}"),
-    ("api_key", rf"{_START}xox[abposr]-[A-Za-z0-9-]{{10,}}{_END}"),
-    ("api_key", rf"{_START}(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{{16,}}{_END}"),
-    ("api_key", rf"{_START}AIza[0-9A-Za-z_-]{{35}}(?![0-9A-Za-z_-])"),
-    ("api_key", rf"{_START}hf_[A-Za-z0-9]{{30,}}{_END}"),
-    ("api_key", rf"{_START}npm_[A-Za-z0-9]{{36}}{_END}"),
-    ("api_key", rf"{_START}pypi-AgE[A-Za-z0-9_-]{{50,}}"),
-    ("api_key", rf"{_START}SG\.[A-Za-z0-9_-]{{22}}\.[A-Za-z0-9_-]{{43}}(?![A-Za-z0-9_-])"),
+    (
+        "api_key",
+        # One pattern (one pass over the text) for the providers' prefixes: Anthropic
+        # (sk-ant-), OpenAI (sk-, sk-proj-, sk-svcacct-), GitHub, GitLab, Slack, Stripe,
+        # Google, Hugging Face, npm, PyPI, SendGrid.
+        _START
+        + "(?:"
+        + "|".join(
+            [
+                r"sk-(?:ant-|proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}",
+                rf"(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{{36,}}{_END}",
+                rf"github_pat_[A-Za-z0-9_]{{40,}}{_END}",
+                rf"glpat-[A-Za-z0-9_-]{{20,}}{_END}",
+                rf"xox[abposr]-[A-Za-z0-9-]{{10,}}{_END}",
+                rf"(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{{16,}}{_END}",
+                r"AIza[0-9A-Za-z_-]{35}(?![0-9A-Za-z_-])",
+                rf"hf_[A-Za-z0-9]{{30,}}{_END}",
+                rf"npm_[A-Za-z0-9]{{36}}{_END}",
+                r"pypi-AgE[A-Za-z0-9_-]{50,}",
+                r"SG\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}(?![A-Za-z0-9_-])",
+            ]
+        )
+        + ")",
+    ),
     ("cloud_key", rf"{_START}(?:AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{{16}}{_END}"),
     (
         "cloud_key",
@@ -87,12 +92,21 @@ _PATTERNS: list[tuple[str, str]] = [
     ("bearer_token", r"(?i)\bbearer\s+(?P<secret>[A-Za-z0-9._~+/-]{16,}=*)"),
 ]
 
+# `scheme://user:`, where a password may follow: not a port followed by a path
+# (`host:8080/x@y`), nor what was redacted already.
+_URL_START = re.compile(
+    # A scheme is short: unbounded, each word of a long dotted run would be read to its end.
+    rf"\b[a-zA-Z][a-zA-Z0-9+.-]{{0,31}}://[^{_NOT_URL}/:@]*:(?!\d{{1,5}}/)(?!\[redacted:)"
+)
+_URL_TOKEN = re.compile(f"[^{_NOT_URL}]+")
+
 # A run of base64 (standard or URL-safe) long enough to hold a key, with the lines that
 # continue it (MIME breaks its lines, JSON shows the break as `\n`).
 _ENCODED = re.compile(
-    r"(?<![A-Za-z0-9+/_-])[A-Za-z0-9+/_-]{32,}={0,2}"
-    r"(?:(?:\r?\n|\\r\\n|\\n)[A-Za-z0-9+/_-]{4,}={0,2}(?=\r?\n|\\r|\\n|[\s\"',;]|\Z))*"
-    r"(?![A-Za-z0-9+/_=-])"
+    r"(?<![A-Za-z0-9+/_-])[A-Za-z0-9+/_-]{32,}"
+    # A continuing line is a whole line (padding at most after it).
+    r"(?:(?:\r?\n|\\r\\n|\\n)[A-Za-z0-9+/_-]{4,}(?==*(?:\r?\n|\\r|\\n|\"|\Z)))*"
+    r"={0,2}(?![A-Za-z0-9+/_=-])"
 )
 _BREAKS = re.compile(r"\r|\n|\\r|\\n")
 # `-----`, base64-encoded from a multiple of three bytes: how an encoded PEM block starts.
@@ -100,6 +114,14 @@ _ENCODED_DASHES = "LS0tLS"
 # A decoded run is only scanned when it is text: random bytes are not UTF-8.
 _MAX_DECODED = 1 << 20
 
+
+# What every secret holds, one of these at least (a pattern's fixed part, a base64 run): a
+# text with none, nearly all of them, is scanned with one search instead of twenty.
+_MAYBE = re.compile(
+    r"(?i:---|://|bearer|secret|accountkey)|[A-Za-z0-9+/_-]{32}"
+    rf"|{_START}(?:eyJ|sk-|gh[pousr]_|github_pat_|glpat-|xox|[sr]k_(?:live|test)_|AIza|hf_"
+    r"|npm_|pypi-|SG\.|AKIA|ASIA|ABIA|ACCA)"
+)
 
 # The kinds, in the order a field's are reported (v3's).
 KINDS = ("private_key", "jwt", "api_key", "cloud_key", "bearer_token", "url_password")
@@ -130,10 +152,18 @@ def visible(text: str) -> str:
 def find(text: str) -> list[str]:
     """The kinds of secret in `text`, each once, in the order of `KINDS`."""
     shown = visible(text)
-    kinds = [p.kind for p in _COMPILED if p.regex.search(shown)]
+    if not _MAYBE.search(shown):
+        return []
+    kinds = _plain_kinds(shown)
     for run in _ENCODED.finditer(shown):
         kinds += _decoded_kinds(run.group(0))
     return sorted(set(kinds), key=KINDS.index)
+
+
+def _plain_kinds(shown: str) -> list[str]:
+    """The kinds `shown` holds as it is (not encoded)."""
+    kinds = [p.kind for p in _COMPILED if p.regex.search(shown)]
+    return kinds + ["url_password" for _ in itertools.islice(_url_spans(shown), 1)]
 
 
 def _decoded_kinds(run: str) -> list[str]:
@@ -146,20 +176,23 @@ def _decoded_kinds(run: str) -> list[str]:
         text = _decoded(raw[start : start + _MAX_DECODED * 4 // 3])
         if text is not None:
             # Not decoded again: a secret encoded twice over is beyond what a scan guesses.
-            shown = visible(text)
-            kinds = [p.kind for p in _COMPILED if p.regex.search(shown)]
+            kinds = _plain_kinds(visible(text))
             if kinds:
                 return sorted(set(kinds), key=KINDS.index)
     return []
 
 
 def _decoded(raw: str) -> str | None:
-    """The text base64 `raw` (unpadded) encodes; None when it is not base64 of UTF-8."""
+    """The text base64 `raw` (unpadded) encodes; None when it is not base64 of text. A few
+    undecodable bytes are let by (a last line that was a word, not base64, spoils the tail);
+    random bytes are mostly undecodable as UTF-8."""
     raw = raw[: len(raw) - 1] if len(raw) % 4 == 1 else raw
     try:
-        return base64.b64decode(raw + "=" * (-len(raw) % 4), validate=True).decode("utf-8")
+        data = base64.b64decode(raw + "=" * (-len(raw) % 4), validate=True)
     except (binascii.Error, ValueError):
         return None
+    text = data.decode("utf-8", "replace")
+    return text if text.count("\ufffd") * 20 <= len(text) else None
 
 
 Spans = Iterator[tuple[int, int, list[str]]]
@@ -171,6 +204,33 @@ def _pattern_spans(p: _Pattern, shown: str) -> Spans:
         yield start, end, [p.kind]
 
 
+def _url_spans(shown: str) -> Spans:
+    """The passwords of URLs (`scheme://user:password@host`): each runs to the last `@` of
+    its URL that a host follows, so it may hold `/`, `+` and `@`. One pass, whatever the
+    text: each run of URL characters is measured once, however many URLs start in it."""
+    run_end = last_at = done = -1
+    for start in _URL_START.finditer(shown):
+        at = start.end()
+        if at < done:  # in a password redacted already
+            continue
+        if at >= run_end:
+            run = _URL_TOKEN.match(shown, at)
+            if run is None:
+                continue
+            run_end, last_at = run.end(), _last_host_at(shown, at, run.end())
+        if last_at > at:
+            done = last_at
+            yield at, last_at, ["url_password"]
+
+
+def _last_host_at(shown: str, start: int, end: int) -> int:
+    """Where the last `@` in `shown[start:end]` that a host follows is; -1 if none."""
+    at = shown.rfind("@", start, end)
+    while at >= 0 and (at + 1 >= end or shown[at + 1] in "/@"):
+        at = shown.rfind("@", start, at)
+    return at
+
+
 def _encoded_spans(shown: str) -> Spans:
     for match in _ENCODED.finditer(shown):
         kinds = _decoded_kinds(match.group(0))
@@ -178,18 +238,18 @@ def _encoded_spans(shown: str) -> Spans:
             yield *match.span(), kinds
 
 
-def _replace(text: str, spans: Callable[[str], Spans], found: list[str]) -> str:
-    """`text` with each span `spans` finds in its visible characters replaced by the mark of
-    its first kind; the kinds are added to `found`. A span of the visible text covers the
-    original from its first character to its last, the invisible ones among them too."""
-    hidden = _HIDDEN_RE.search(text) is not None
-    shown = visible(text) if hidden else text
-    # Where each visible character is in `text`.
-    at = [i for i, c in enumerate(text) if not _HIDDEN_RE.match(c)] if hidden else None
+def _replace(text: str, shown: str, spans: Callable[[str], Spans], found: list[str]) -> str:
+    """`text` with each span `spans` finds in `shown` (its visible characters) replaced by
+    the mark of its first kind; the kinds are added to `found`. A span of the visible text
+    covers the original from its first character to its last, invisible ones among them."""
+    at: list[int] | None = None  # where each visible character is in `text`, once needed
     out: list[str] = []
     last = 0
     for start, end, kinds in spans(shown):
-        if at is not None:
+        if len(shown) != len(text):
+            if at is None:
+                skip = {m.start() for m in _HIDDEN_RE.finditer(text)}
+                at = [i for i in range(len(text)) if i not in skip]
             start, end = at[start], at[end - 1] + 1
         out += [text[last:start], mark(kinds[0])]
         last = end
@@ -200,13 +260,26 @@ def _replace(text: str, spans: Callable[[str], Spans], found: list[str]) -> str:
     return "".join(out)
 
 
+# Each finds its own spans, in this order: a URL's password first (see `_PATTERNS`), and the
+# base64 runs last, once what is plain in them went.
+_SCANNERS: list[Callable[[str], Spans]] = [
+    _url_spans,
+    *(functools.partial(_pattern_spans, p) for p in _COMPILED),
+    _encoded_spans,
+]
+
+
 def redact(text: str) -> tuple[str, list[str]]:
     """`text` with every secret replaced by `[redacted:<kind>]`, and the kinds found (in the
     order of `KINDS`)."""
+    shown = visible(text)
+    if not _MAYBE.search(shown):
+        return text, []
     found: list[str] = []
-    for p in _COMPILED:
-        text = _replace(text, functools.partial(_pattern_spans, p), found)
-    text = _replace(text, _encoded_spans, found)
+    for spans in _SCANNERS:
+        replaced = _replace(text, shown, spans, found)
+        if replaced is not text:
+            text, shown = replaced, visible(replaced)
     return text, sorted(set(found), key=KINDS.index)
 
 
