@@ -46,8 +46,9 @@ class NamespaceOperations(Connection):
         key_files: Sequence[str] = (),
         preferences: dict[str, Any] | None = None,
         context: Context | None = None,
-    ) -> None:
-        """Create a workspace; its name is unique in the namespace (else `Conflict`)."""
+    ) -> OkReply:
+        """Create a workspace; its name is unique in the namespace (else `Conflict`). The
+        reply's `redacted` names the kinds of secret redacted from its texts, if any."""
         req = _build(
             CreateWorkspaceRequest,
             name=name,
@@ -59,7 +60,7 @@ class NamespaceOperations(Connection):
             preferences=preferences or {},
             context=context,
         )
-        await self.request("create_workspace", req, OkReply)
+        return await self.request("create_workspace", req, OkReply)
 
     async def list_workspaces(
         self, *, include_archived: bool = False, context: Context | None = None
@@ -84,8 +85,9 @@ class NamespaceOperations(Connection):
         preferences: dict[str, Any] | None = None,
         is_archived: bool | None = None,
         context: Context | None = None,
-    ) -> None:
-        """Change a workspace's fields; `is_archived=False` restores an archived one."""
+    ) -> OkReply:
+        """Change a workspace's fields; `is_archived=False` restores an archived one. The
+        reply's `redacted` names the kinds of secret redacted from its texts, if any."""
         req = _build(
             UpdateWorkspaceRequest,
             name=name,
@@ -98,7 +100,7 @@ class NamespaceOperations(Connection):
             is_archived=is_archived,
             context=context,
         )
-        await self.request("update_workspace", req, OkReply)
+        return await self.request("update_workspace", req, OkReply)
 
     async def archive_workspace(self, name: str, *, context: Context | None = None) -> None:
         """Hide a workspace from `list_workspaces` (its memories stay)."""

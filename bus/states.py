@@ -44,9 +44,10 @@ class AgentStates(AgentHandle):
         description: str | None = None,
         tags: Sequence[str] = (),
         workspace: str | None = None,
-    ) -> None:
+    ) -> OkReply:
         """Save an immutable, named save point in the workspace (this handle's unless
-        given). Its name is unique in the workspace forever: a repeat is `Conflict`."""
+        given). Its name is unique in the workspace forever: a repeat is `Conflict`. The
+        reply's `redacted` names the kinds of secret redacted from its texts, if any."""
         req = _build(
             CreateStateRequest,
             workspace=self._in_workspace(workspace),
@@ -60,7 +61,7 @@ class AgentStates(AgentHandle):
             agent_id=self._agent_id,
             context=self._context,
         )
-        await self._bus.request("create_state", req, OkReply)
+        return await self._bus.request("create_state", req, OkReply)
 
     async def list_states(
         self, *, include_archived: bool = False, workspace: str | None = None

@@ -148,6 +148,9 @@ class Reconciled(msgspec.Struct, kw_only=True):
 class ReconcileReply(Reply, kw_only=True):
     # One per fact, in request order.
     results: list[Reconciled]
+    # v4: the kinds of secret redacted from the facts before they were embedded (each
+    # result's `content` is the redacted text); absent when none was.
+    redacted: list[str] | msgspec.UnsetType = msgspec.UNSET
 
 
 class Applied(msgspec.Struct, kw_only=True):
@@ -161,6 +164,8 @@ class Applied(msgspec.Struct, kw_only=True):
 class ApplyReply(Reply, kw_only=True):
     # One per action, in request order.
     results: list[Applied]
+    # v4: the kinds of secret redacted from what the actions stored; absent when none was.
+    redacted: list[str] | msgspec.UnsetType = msgspec.UNSET
 
 
 class UpdateReply(Reply, kw_only=True):
@@ -353,6 +358,10 @@ class ClearByTypeReply(Reply, kw_only=True):
 
 class OkReply(Reply, kw_only=True):
     """`{"success": true}`: the caller already knows what it sent."""
+
+    # v4: the kinds of secret redacted from what a write stored (`create_state`,
+    # `create_workspace`, `update_workspace`); absent when none was.
+    redacted: list[str] | msgspec.UnsetType = msgspec.UNSET
 
 
 class NamedItem(msgspec.Struct, kw_only=True, omit_defaults=True):

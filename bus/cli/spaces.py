@@ -35,6 +35,7 @@ from contracts.messages import (
     ListWorkspacesRequest,
     LoadStateRequest,
     LoadWorkspaceRequest,
+    OkReply,
     UpdateWorkspaceRequest,
 )
 
@@ -111,7 +112,7 @@ def workspace_create(
 ) -> None:
     """Create a workspace (its name is unique in the namespace)."""
     prefs = _preferences(preferences)
-    ask(
+    reply = ask(
         nats_url,
         namespace,
         lambda bus: bus.create_workspace(
@@ -127,6 +128,7 @@ def workspace_create(
     )
     if not as_json:
         out.print(f"created workspace {shown(name)}")
+        _say_redacted(reply)
 
 
 @workspace_app.command("list")
@@ -195,7 +197,7 @@ def workspace_update(
 ) -> None:
     """Change a workspace's fields (those given), or restore an archived one."""
     prefs = _preferences(preferences)
-    ask(
+    reply = ask(
         nats_url,
         namespace,
         lambda bus: bus.update_workspace(
@@ -212,6 +214,7 @@ def workspace_update(
     )
     if not as_json:
         out.print(f"updated workspace {shown(name)}")
+        _say_redacted(reply)
 
 
 @workspace_app.command("archive")
@@ -252,8 +255,8 @@ def state_save(
 ) -> None:
     """Save a state: immutable, its name unique in the workspace for good."""
 
-    async def send(bus: MemoryBus) -> None:
-        await bus.agent(agent_id=agent, workspace=workspace).create_state(
+    async def send(bus: MemoryBus) -> OkReply:
+        return await bus.agent(agent_id=agent, workspace=workspace).create_state(
             name,
             conversation_context=context,
             active_task=task,
@@ -263,9 +266,15 @@ def state_save(
             tags=tag or (),
         )
 
-    ask(nats_url, namespace, send, as_json=as_json)
+    reply = ask(nats_url, namespace, send, as_json=as_json)
     if not as_json:
         out.print(f"saved state {shown(name)} in {shown(workspace)}")
+        _say_redacted(reply)
+
+
+def _say_redacted(reply: OkReply) -> None:
+    if reply.redacted:
+        out.print(f"redacted before storing: {shown(', '.join(reply.redacted))}")
 
 
 @state_app.command("load")

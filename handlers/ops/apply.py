@@ -68,6 +68,8 @@ class _Planned(NamedTuple):
     updated: PreparedUpdate | None = None
     # The memory a delete removes.
     deleted: str | None = None
+    # The kinds of secret redacted from what it stores.
+    redacted: list[str] | None = None
 
 
 @handles(ApplyRequest)
@@ -140,7 +142,7 @@ async def _plan(
             i, ns, prepared.old, prepared.new, prepared.vec, now, prepared.entry,
             action.expected_version,
         )  # fmt: skip
-        return _Planned([step], updated=prepared)
+        return _Planned([step], updated=prepared, redacted=prepared.secrets.redacted)
     if isinstance(action, ApplyDelete):
         await _live_target(ns, action, deps, now)
         gone = entry("deleted", now, req)
@@ -167,7 +169,7 @@ async def _plan(
         # The new memory is always a memory of its own: were it a repeat of a live one,
         # that one would supersede the target, and might be the target itself.
         add = msgspec.structs.replace(add, dedup="none")
-    rec, vec, _ = await prepare_add(ns, add, deps)
+    rec, vec, secrets = await prepare_add(ns, add, deps)
     steps = [Step.add(i, ns, rec, vec, now, entry("added", now, add, add.agent_id))]
     if isinstance(action, ApplySupersede):
         closed = entry("superseded", now, add, add.agent_id)
@@ -175,7 +177,7 @@ async def _plan(
         steps.append(
             Step.supersede(i, ns, action.id, rec.id, start, now, closed, action.expected_version)
         )
-    return _Planned(steps, added=rec)
+    return _Planned(steps, added=rec, redacted=secrets.redacted)
 
 
 def _as_add(action: ApplyAdd | ApplySupersede, req: ApplyRequest) -> AddRequest:
@@ -284,4 +286,7 @@ async def _announce(
             if old is not None:
                 await publish_event(deps, ns, "updated", old, now, agent_id=rec.agent_id)
         results.append(Applied(index=i, id=rec.id, action=kind))
+    redacted = list(dict.fromkeys(k for plan in planned for k in plan.redacted or ()))
+    if redacted:
+        return ApplyReply(results=results, redacted=redacted)
     return ApplyReply(results=results)

@@ -65,8 +65,9 @@ def narrative(req: CaptureRequest, secrets: Secrets) -> str:
 
 @handles(CaptureRequest)
 async def capture(ns: str, req: CaptureRequest, deps: Deps) -> AddReply:
-    tool = printable(req.tool)
     secrets = Secrets(deps.settings.secrets)
+    # First: the title, facts, tags and metadata are all made from the tool's name.
+    tool = secrets.text("tool", printable(req.tool))
     meta: dict[str, Any] = {"tool": tool, "error": req.error}
     if req.duration_ms is not None:
         meta["duration_ms"] = req.duration_ms
@@ -86,7 +87,7 @@ async def capture(ns: str, req: CaptureRequest, deps: Deps) -> AddReply:
         context=req.context,
     )
     reply = await add(ns, trace, deps)
-    if secrets.redacted:  # found in the arguments or output, before `add` saw them
+    if secrets.redacted:  # found in the name, arguments or output, before `add` saw them
         found = [] if isinstance(reply.redacted, msgspec.UnsetType) else reply.redacted
         kinds = list(dict.fromkeys([*secrets.redacted, *found]))
         reply = msgspec.structs.replace(reply, redacted=kinds)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 
+import msgspec
+
 from contracts import limits
 from contracts.messages import (
     Neighbour,
@@ -20,6 +22,7 @@ from handlers.ops.deps import Deps
 from handlers.ops.ranking import similarity
 from handlers.ops.registry import handles
 from handlers.ops.scoping import read_scope
+from handlers.ops.secrets import Secrets
 from handlers.ops.vectors import embed_texts
 from handlers.store.filters import read_filter
 from handlers.store.record import Candidate
@@ -38,6 +41,12 @@ def normal(text: str) -> str:
 
 @handles(ReconcileRequest)
 async def reconcile(ns: str, req: ReconcileRequest, deps: Deps) -> ReconcileReply:
+    # Scanned before they are embedded: the embedding (and its cache) sees only the
+    # redacted text, which is also what `add` would store.
+    secrets = Secrets(deps.settings.secrets)
+    req = msgspec.structs.replace(
+        req, facts=[_scanned(i, f, secrets) for i, f in enumerate(req.facts)]
+    )
     for fact in req.facts:
         check_content(fact.content)
         if fact.type is not None:
@@ -58,7 +67,17 @@ async def reconcile(ns: str, req: ReconcileRequest, deps: Deps) -> ReconcileRepl
         _decide(fact, [c for c in cands if c.id in contents], contents, req.limit, deps)
         for fact, cands in zip(req.facts, found, strict=True)
     ]
+    if secrets.redacted:
+        return ReconcileReply(results=results, redacted=secrets.redacted)
     return ReconcileReply(results=results)
+
+
+def _scanned(i: int, fact: ReconcileFact, secrets: Secrets) -> ReconcileFact:
+    return msgspec.structs.replace(
+        fact,
+        content=secrets.text(f"facts[{i}].content", fact.content),
+        title=secrets.optional(f"facts[{i}].title", fact.title),
+    )
 
 
 def _decide(

@@ -48,6 +48,7 @@ from handlers.ops.history import entry
 from handlers.ops.registry import handles
 from handlers.ops.replies import as_record
 from handlers.ops.scoping import storage_workflow
+from handlers.ops.secrets import Secrets
 from handlers.ops.vectors import request_vector
 from handlers.store.ids import new_id
 from handlers.store.spaces import NamedEntry, NoWorkspace, StoredWorkspace
@@ -114,15 +115,17 @@ async def _workspace_event(deps: Deps, ns: str, action: str, ws: StoredWorkspace
 
 @handles(CreateWorkspaceRequest)
 async def create_workspace(ns: str, req: CreateWorkspaceRequest, deps: Deps) -> OkReply:
+    secrets = Secrets(deps.settings.secrets)
+    texts = _workspace_texts(vars_of(req), secrets)
     now = deps.clock()
     ws = StoredWorkspace(
-        name=req.name,
-        description=req.description,
-        root_folder=req.root_folder,
-        purpose=req.purpose,
-        workflows=req.workflows,
-        key_files=req.key_files,
-        preferences=check_object(req.preferences, "preferences", "keep notes in memories"),
+        name=secrets.name("name", req.name),
+        description=texts["description"],
+        root_folder=texts["root_folder"],
+        purpose=texts["purpose"],
+        workflows=texts["workflows"],
+        key_files=texts["key_files"],
+        preferences=check_object(texts["preferences"], "preferences", "keep notes in memories"),
         created_at=now,
         updated_at=now,
     )
@@ -138,7 +141,29 @@ async def create_workspace(ns: str, req: CreateWorkspaceRequest, deps: Deps) -> 
             " may (archived ones count). Reuse one: list_workspaces shows them."
         )
     await _workspace_event(deps, ns, "added", ws)
-    return OkReply()
+    return _ok(secrets)
+
+
+def vars_of(req: CreateWorkspaceRequest | UpdateWorkspaceRequest) -> dict[str, Any]:
+    """The workspace fields a request sets (those left out of an update are None)."""
+    return {f: v for f in WORKSPACE_FIELDS if (v := getattr(req, f, None)) is not None}
+
+
+def _workspace_texts(fields: dict[str, Any], secrets: Secrets) -> dict[str, Any]:
+    """A workspace's fields with the secrets in its texts redacted (or refused)."""
+    scan: dict[str, Any] = {
+        "description": secrets.text,
+        "root_folder": secrets.text,
+        "purpose": secrets.text,
+        "workflows": secrets.texts,
+        "key_files": secrets.texts,
+        "preferences": secrets.json,
+    }
+    return {f: scan[f](f, v) if f in scan else v for f, v in fields.items()}
+
+
+def _ok(secrets: Secrets) -> OkReply:
+    return OkReply() if secrets.redacted is None else OkReply(redacted=secrets.redacted)
 
 
 @handles(ListWorkspacesRequest)
@@ -179,13 +204,14 @@ async def _change_workspace(ns: str, name: str, fields: dict[str, Any], deps: De
 
 @handles(UpdateWorkspaceRequest)
 async def update_workspace(ns: str, req: UpdateWorkspaceRequest, deps: Deps) -> OkReply:
-    fields = {f: getattr(req, f) for f in WORKSPACE_FIELDS if getattr(req, f) is not None}
+    secrets = Secrets(deps.settings.secrets)
+    fields = _workspace_texts(vars_of(req), secrets)
     if "preferences" in fields:
         fields["preferences"] = check_object(
             fields["preferences"], "preferences", "keep notes in memories"
         )
     await _change_workspace(ns, req.name, fields, deps)
-    return OkReply()
+    return _ok(secrets)
 
 
 @handles(ArchiveWorkspaceRequest)
@@ -264,6 +290,9 @@ _state_metadata = msgspec.json.Decoder(_StateMetadata)
 @handles(CreateStateRequest)
 async def create_state(ns: str, req: CreateStateRequest, deps: Deps) -> OkReply:
     cfg = type_config(deps.settings.types, STATE_TYPE)
+    # Before anything is stored or embedded: what is kept is what was scanned.
+    secrets = Secrets(deps.settings.secrets)
+    req = _state_without_secrets(req, secrets)
     content = state_content(req)
     check_state_texts(req, content)
     vec = await request_vector(ns, deps, text=content)
@@ -309,7 +338,22 @@ async def create_state(ns: str, req: CreateStateRequest, deps: Deps) -> OkReply:
             " workspace for more."
         )
     await publish_event(deps, ns, "added", rec, now)
-    return OkReply()
+    return _ok(secrets)
+
+
+def _state_without_secrets(req: CreateStateRequest, secrets: Secrets) -> CreateStateRequest:
+    """The request with the secrets in each of its texts redacted (or refused); a name
+    holding one is refused (`Secrets.name`)."""
+    secrets.name("name", req.name)
+    return msgspec.structs.replace(
+        req,
+        description=secrets.optional("description", req.description),
+        conversation_context=secrets.text("conversation_context", req.conversation_context),
+        active_task=secrets.text("active_task", req.active_task),
+        active_files=secrets.texts("active_files", req.active_files),
+        next_steps=secrets.texts("next_steps", req.next_steps),
+        tags=secrets.tags("tags", req.tags),
+    )
 
 
 @handles(ListStatesRequest)

@@ -347,8 +347,12 @@ async def prepare_add(
 def _without_secrets(
     req: AddRequest, content: str, composed: bool, secrets: Secrets
 ) -> tuple[AddRequest, str]:
-    """The request and its content with the secrets in their text redacted (or refused:
-    `Secrets`); a composed content is composed again from the redacted parts."""
+    """The request and its content with the secrets in every text it stores redacted (or
+    refused: `Secrets`); a composed content is composed again from the redacted parts.
+    `metadata` is scanned by the caller, with its check. A `key` (v4) is a name: one holding
+    a secret is refused."""
+    if req.key is not None:
+        secrets.name("key", req.key)
     title = secrets.optional("title", req.title)
     narrative = secrets.optional("narrative", req.narrative)
     facts = secrets.texts("facts", req.facts)
@@ -356,10 +360,22 @@ def _without_secrets(
         content = compose_content(title, narrative, facts)
     else:
         content = secrets.text("content", content)
+    source = secrets.optional("source", req.source)
+    tags = secrets.tags("tags", req.tags)
+    files = secrets.texts("related_files", req.related_files)
+    people = secrets.texts("related_people", req.related_people)
     if secrets.redacted is None:
         return req, content
     return msgspec.structs.replace(
-        req, title=title, narrative=narrative, facts=facts, content=content
+        req,
+        title=title,
+        narrative=narrative,
+        facts=facts,
+        content=content,
+        source=source,
+        tags=tags,
+        related_files=files,
+        related_people=people,
     ), content
 
 
@@ -557,6 +573,8 @@ async def prepare_update(ns: str, req: UpdateRequest, deps: Deps, now: int) -> P
     secrets = Secrets(deps.settings.secrets)
     if req.content is not None:
         req = msgspec.structs.replace(req, content=secrets.text("content", req.content))
+    if req.tags is not None:
+        req = msgspec.structs.replace(req, tags=secrets.tags("tags", req.tags))
     if req.content is not None and req.content != old.content:
         check_content(req.content)
         vec = await request_vector(ns, deps, text=req.content)

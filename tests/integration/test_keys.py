@@ -124,6 +124,7 @@ async def test_a_key_is_unique_per_store_and_freed_by_delete_and_supersede(
         ({"key": ""}, "key"),
         ({"key": "a\u0007b"}, "key"),
         ({"key": "k" * 257}, "key"),
+        ({"key": "openai/sk-proj-" + "a1B2c3D4e5" * 4}, "`key` holds what looks like a secret"),
     ],
 )
 async def test_bad_keyed_adds_are_refused(

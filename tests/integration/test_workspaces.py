@@ -395,7 +395,9 @@ async def test_two_handlers_creating_one_name_leave_one(transport: str, bus: Mem
 
     async def outcomes(calls: list) -> list[str]:
         results = await asyncio.gather(*calls, return_exceptions=True)
-        return ["ok" if r is None else getattr(r, "code", repr(r)) for r in results]
+        return [
+            getattr(r, "code", repr(r)) if isinstance(r, BaseException) else "ok" for r in results
+        ]
 
     ws = await outcomes([bus.create_workspace("Shared", **WS) for _ in range(20)])
     assert sorted(ws) == ["conflict"] * 19 + ["ok"]

@@ -152,6 +152,7 @@ export const SHAPES: Readonly<Record<string, Shape>> = {
     fields: {
       success: ["success", 0, true],
       results: ["results", ["a", "Applied"]],
+      redacted: ["redacted", 0],
     },
   },
   ApplyRequest: {
@@ -663,6 +664,7 @@ export const SHAPES: Readonly<Record<string, Shape>> = {
   OkReply: {
     fields: {
       success: ["success", 0, true],
+      redacted: ["redacted", 0],
     },
   },
   PeopleReply: {
@@ -772,6 +774,7 @@ export const SHAPES: Readonly<Record<string, Shape>> = {
     fields: {
       success: ["success", 0, true],
       results: ["results", ["a", "Reconciled"]],
+      redacted: ["redacted", 0],
     },
   },
   ReconcileRequest: {

@@ -162,6 +162,7 @@ export interface ApplyReply {
   /** Default: `true`. */
   success: boolean;
   results: Applied[];
+  redacted?: string[];
 }
 
 /** Several writes of one namespace applied atomically: all, or none when any one is refused (v3). `workflow_id`, `workspace` and `agent_id` are each action's default. */
@@ -929,6 +930,7 @@ export interface Neighbour {
 export interface OkReply {
   /** Default: `true`. */
   success: boolean;
+  redacted?: string[];
 }
 
 export interface PeopleReply {
@@ -1103,6 +1105,7 @@ export interface ReconcileReply {
   /** Default: `true`. */
   success: boolean;
   results: Reconciled[];
+  redacted?: string[];
 }
 
 /** For each candidate fact, the nearest current memories in scope and what to do with it (read-only: nothing is written). */
