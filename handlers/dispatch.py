@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import re
 import time
 import uuid
@@ -88,8 +89,11 @@ _FIELD_HINTS = {
 }
 
 
+@functools.cache
 def _allowed_values(op: str, name: str) -> tuple[object, ...]:
-    """The values a Literal field of the request accepts (empty if it is not one)."""
+    """The values a Literal field of the request accepts (empty if it is not one). Cached:
+    `type_info` evaluates every annotation of the request, about a sixth of a handler's
+    time under a burst of bad requests."""
     info = mi.type_info(REQUEST_TYPES[op])
     for f in info.fields if isinstance(info, mi.StructType) else ():
         if f.name == name:
