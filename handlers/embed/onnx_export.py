@@ -156,8 +156,8 @@ def build_model(model_dir: Path) -> Any:
     for i in range(layers):
         lp = f"encoder.layer.{i}"
         # onnxruntime's fused Attention (QAttention once quantised): the query, key and value
-        # projections in one weight, heads and softmax inside, instead of 12 small nodes a
-        # layer whose fixed costs weigh on a short query.
+        # projections in one weight, heads and softmax inside, instead of a dozen small nodes
+        # a layer whose fixed costs weigh on a short query.
         sa = f"{lp}.attention.self"
         qkv_w = np.concatenate(
             [t(f"{sa}.query.weight"), t(f"{sa}.key.weight"), t(f"{sa}.value.weight")]
