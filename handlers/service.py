@@ -243,7 +243,10 @@ async def _connect_or_stop(url: str, stop: asyncio.Event) -> nats.NATS | None:
 
 
 def make_embedder(
-    settings: Settings, client: aioredis.Redis, metrics: Metrics | None = None
+    settings: Settings,
+    client: aioredis.Redis,
+    metrics: Metrics | None = None,
+    busy: Callable[[], bool] | None = None,
 ) -> Embedder:
     embedder: Embedder = build_embedder(
         settings.embedder,
@@ -251,6 +254,7 @@ def make_embedder(
         openai_base_url=settings.openai_base_url,
         openai_model=settings.openai_model,
         openai_api_key=settings.openai_api_key,
+        busy=busy,
     )
     if metrics is not None:
         # Inside the cache: the metrics count the model's work, not cache hits.
@@ -352,7 +356,8 @@ async def serve(
     client, known = await open_redis(settings.redis_url, settings.max_inflight + 16)
     if provider is not None:
         instrument_redis(client, provider)
-    embedder = make_embedder(settings, client, metrics)
+    admission = Admission(settings.max_inflight, settings.max_waiting, settings.queue_wait_s)
+    embedder = make_embedder(settings, client, metrics, busy=lambda: admission.running > 1)
     nc: nats.NATS | None = None
     probes: ProbeServer | None = None
     try:
@@ -381,7 +386,7 @@ async def serve(
             _keep_layout(deps, settings.redis_url, known, stop, restart)
         )
         try:
-            await _serve_requests(settings, stop, nc, deps)
+            await _serve_requests(settings, stop, nc, deps, admission)
         finally:
             keeping.cancel()
         if restart.is_set():
@@ -397,9 +402,8 @@ async def serve(
 
 
 async def _serve_requests(
-    settings: Settings, stop: asyncio.Event, nc: nats.NATS, deps: Deps
+    settings: Settings, stop: asyncio.Event, nc: nats.NATS, deps: Deps, admission: Admission
 ) -> None:
-    admission = Admission(settings.max_inflight, settings.max_waiting, settings.queue_wait_s)
     if deps.metrics is not None:
         deps.metrics.watch_admission(lambda: admission.running, lambda: admission.waiting)
     handler = Handler(deps, admission)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Literal
 
 from handlers.embed.base import Embedder
@@ -18,14 +19,16 @@ def build_embedder(
     openai_base_url: str | None,
     openai_model: str,
     openai_api_key: str | None,
+    busy: Callable[[], bool] | None = None,
 ) -> Embedder:
+    """`busy`: whether other requests run in this process now (see `MiniLMEmbedder`)."""
     if name == "hash":
         return HashEmbedder(hash_dimension)
     if name == "minilm":
         missing = minilm_missing()
         if missing is not None:
             raise RuntimeError(f"MEMBUS_EMBEDDER=minilm needs {missing}")
-        return MiniLMEmbedder()
+        return MiniLMEmbedder(busy=busy)
     from handlers.embed.openai_api import OpenAIEmbedder
 
     return OpenAIEmbedder(openai_base_url, openai_model, openai_api_key)

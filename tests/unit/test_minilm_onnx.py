@@ -287,6 +287,7 @@ async def test_a_query_vector_does_not_depend_on_the_queries_beside_it(
 ) -> None:
     # int8 scales activations over a whole pass: batched with others, a query got another
     # vector (and LoCoMo's recall swung between runs).
+    fresh.busy = lambda: True  # other requests run: the queries take the batcher
     alone = [fresh.encode_queries([t])[0] for t in TEXTS]
     together = await asyncio.gather(*(fresh.embed_queries([t]) for t in TEXTS))
     in_one_call = fresh.encode_queries(TEXTS)
@@ -308,3 +309,44 @@ def test_queries_in_fp32_share_the_stored_graph(
     monkeypatch.setenv("MEMBUS_MINILM_QUERIES", "int4")
     with pytest.raises(ValueError, match="MEMBUS_MINILM_QUERIES"):
         MiniLMEmbedder(cache_dir=cache_dir, quantize=False)
+
+
+async def test_a_lone_query_runs_on_the_loop_and_others_take_the_batcher(
+    fresh: MiniLMEmbedder,
+) -> None:
+    threads: list[int] = []
+    encode_queries = fresh.encode_queries
+
+    def recording(texts: list[str]) -> np.ndarray:
+        threads.append(threading.get_ident())
+        return encode_queries(texts)
+
+    fresh.encode_queries = recording  # type: ignore[method-assign]
+    here = threading.get_ident()
+    [inline] = await fresh.embed_queries([TEXTS[11]])
+    assert threads == [here], "a lone query, nothing else running, is encoded in place"
+
+    fresh.busy = lambda: True
+    [batched] = await fresh.embed_queries([TEXTS[11]])
+    assert threads[-1] != here, "with other requests running it goes to the executor"
+    np.testing.assert_array_equal(inline, batched)
+
+    fresh.busy = lambda: False
+    await fresh.embed_queries(TEXTS[:2])
+    assert threads[-1] != here, "several texts are one batched pass"
+
+    # While stored texts are being embedded, a query waits its turn off the loop too.
+    started = threading.Event()
+    encode = fresh.encode
+
+    def slow(texts: list[str]) -> np.ndarray:
+        started.set()
+        time.sleep(0.2)
+        return encode(texts)
+
+    fresh.encode = slow  # type: ignore[method-assign]
+    storing = asyncio.ensure_future(fresh.embed(["a memory to store"]))
+    await asyncio.to_thread(started.wait, 5)
+    await fresh.embed_queries([TEXTS[12]])
+    assert threads[-1] != here
+    await storing
