@@ -634,8 +634,11 @@ class MemoryBusStore(BaseStore):
                 )
             try:
                 await self._write_head(p, head)
-            except (Conflict, NotFound):
-                # Refused whole: another put or delete of the key landed since the read.
+            except (Conflict, NotFound) as lost:
+                # Refused whole: another put or delete of the key landed since the read (a
+                # delete finds the head gone); anything else is not a race.
+                if isinstance(lost, NotFound) and p.value is not None:
+                    raise
                 await _backoff(attempt)
                 head = (await self._heads([p.key])).get(p.key)
                 continue

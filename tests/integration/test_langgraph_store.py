@@ -394,6 +394,13 @@ async def test_a_workflow_store_is_seen_only_from_that_workflow(bus: MemoryBus) 
     listed = await bus.agent(workflow_id="wf_a").list(tags=[MARKER], scope="workflow")
     assert [m.workflow_id for m in listed.memories] == ["wf_a"]  # ...one of workflow wf_a
 
+    # The bus's key index is per namespace, not per workflow: the workflow is in the name.
+    await in_b.aput(("users", "u1"), "k", {"text": "only in workflow b"})
+    await general.aput(("users", "u1"), "k", {"text": "general"})
+    for store, text in ((in_a, "a"), (in_b, "b"), (general, "l")):
+        item = await store.aget(("users", "u1"), "k")
+        assert item is not None and item.value["text"].endswith(text)
+
 
 async def test_ttl_becomes_the_memorys_idle_or_fixed_lifetime(bus: MemoryBus) -> None:
     refreshing = MemoryBusStore(bus)
