@@ -42,14 +42,17 @@ How LangGraph's model maps onto memories (one item is one memory, its "head", ty
   deleted at the version read (retried likewise), then its parts.
 - **What is exact**: one item (one head memory) per key, whatever puts and deletes of it
   run at the same moment, in any processes: concurrent first puts of a key leave one item;
-  a put replaces the value atomically; a read sees one complete value. **What is not**: a
-  process that dies between writing parts and writing the head, or between writing the head
-  and deleting the replaced parts, leaves parts no head names ("orphans"). Reads never see
-  them; the next put of that key that writes or replaces a value in parts deletes them
-  once they are 15 minutes old (younger ones may belong to a put still running: a put
-  gives up rather than write a head over parts written more than 5 minutes earlier).
-  Items written before keys (v3's layout, a tag per key and no bus key) are not read:
-  there is no migration.
+  a put replaces the value atomically; a read returns one whole value, never a mix of two
+  writes (it follows up to 16 replacements of the head while it reads). **What is not**:
+  a process that dies between writing parts and writing the head, or between writing the
+  head and deleting the replaced parts, leaves parts no head names ("orphans"); so, rarely,
+  does a put racing a delete and a new first put of the key (versions restart at 1 after a
+  delete, and a keyed add checks the version only). Reads never see them; the next put of
+  that key that writes or replaces a value in parts deletes them once they are 15 minutes
+  old (younger ones may belong to a put still running: a put gives up rather than write a
+  head over parts written more than 5 minutes earlier). Items written before keys (the v3
+  layout: no bus key) are neither read by `get` and `search` nor migrated (there are no
+  deployments of it); delete them (tag `langgraph`).
 - **Timestamps**: `created_at` is when the key's head was first written (a put replaces it
   in place; a delete ends it), `updated_at` when the current value was written.
 - **Search** with `query` is the bus's `search` under the prefix's tag (`SearchItem.score`
@@ -518,7 +521,13 @@ class MemoryBusStore(BaseStore):
         results[i] = found[offset : offset + limit]
 
     def _under(self, piece: _Piece | None, prefix: tuple[str, ...]) -> bool:
-        return piece is not None and piece.part == 0 and piece.namespace[: len(prefix)] == prefix
+        """A head (it holds its item's bus key) under `prefix`."""
+        return (
+            piece is not None
+            and piece.part == 0
+            and piece.namespace[: len(prefix)] == prefix
+            and piece.memory.key == self._name((piece.namespace, piece.key))
+        )
 
     async def _semantic(self, query: str, tag: str, op: SearchOp, want: int) -> list[SearchItem]:
         # With a filter, the best the bus returns are filtered here: ask for all it gives.
