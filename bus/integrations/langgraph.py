@@ -36,8 +36,10 @@ How LangGraph's model maps onto memories (one item is one memory, its "head", ty
   id, `created_at` kept) in one atomic step. A value in parts writes its parts first (one
   atomic `apply`), then the head; readers follow the head's version, so they see the old
   value or the new one, never a mix. A put that finds the head changed meanwhile reads it
-  again and retries (with jitter, 16 times at most, then `Conflict`), so every put lands
-  and the last to land wins, as in LangGraph's own stores. Once the head is written, the
+  again and retries, with jitter: each lost race is another write of the key that landed
+  while it ran, so a put fails (`Conflict`, nothing of it stored) only when 16 others
+  land meanwhile; every other put lands, and the last to land wins, as in LangGraph's own
+  stores. Once the head is written, the
   parts of the version it replaced are deleted. A delete is `put(..., None)`: the head is
   deleted at the version read (retried likewise), then its parts.
 - **What is exact**: one item (one head memory) per key, whatever puts and deletes of it
