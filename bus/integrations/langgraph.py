@@ -4,42 +4,65 @@ A `langgraph.store.base.BaseStore`, so a graph compiled with `store=MemoryBusSto
 keeps what its nodes `put` in the bus, where every agent of the namespace can find it, and
 `search` goes through the bus's own ranking (hybrid vector and BM25 by default).
 
-How LangGraph's model maps onto memories (one item is one memory, type `knowledge` by
-default, in the store's workflow or general):
+How LangGraph's model maps onto memories (one item is one memory, its "head", type
+`knowledge` by default, in the store's workflow or general):
 
-- **Namespaces are tags.** An item in `("users", "u1", "memories")` carries one tag per
+- **Keys are the bus's keys (v4).** An item's head is the keyed memory named
+  `lg:<digest of (workflow, namespace, key)>` (a fixed length whatever the labels, and two
+  stores of different workflows never share one), so `get` reads heads by key, 100 a
+  request, and the key comes back exactly as given, from the metadata (which is checked:
+  a digest says where to look, not what was found).
+- **Namespaces are tags.** A head in `("users", "u1", "memories")` carries one tag per
   prefix of its namespace, `lg.ns1:<digest of ("users",)>`, `lg.ns2:<digest of ("users",
-  "u1")>`, `lg.ns3:...`, plus `langgraph`, the tag of every item. Searching
-  `("users", "u1")` is then one tag filter, and prefix search works at every depth. Tags
-  hold digests because a tag is lower-case `[a-z0-9_:.-]` of at most 64 characters, and a
-  namespace label may be anything; the namespace itself is in the item's metadata and is
-  checked on every read. A namespace is at most 30 labels deep (a memory has 32 tags).
-  Workflows are not used for namespaces (a workflow id cannot hold a prefix relation):
-  `workflow_id=` puts the whole store in one workflow, and by default its items are
-  general memories, which every workflow's reads see.
-- **Keys** are a tag too, `lg.key:<digest of (namespace, key)>`, so `get` is one `list`
-  by tag (several gets share one, 32 keys a request) and the key comes back exactly as
-  given, from the metadata.
-- **Values** are kept exactly in `metadata`: `{"kind": "langgraph.item", "namespace",
-  "key", "version", "value"}` (`created_at` too once the key has been written before). A
-  value whose JSON exceeds the bus's metadata limits (8 KiB, 8 levels) is written in pieces
-  over several memories in one atomic `apply` (continuation parts carry only
-  `langgraph.part` and the key's tag): about 150 KiB of JSON at most (200 KiB of text that
-  needs few JSON escapes). `content` is the text that is embedded and searched: the
+  "u1")>`, `lg.ns3:...`, plus `langgraph`, the tag of every item, and the key's tag
+  `lg.key:<digest of (namespace, key)>`. Searching `("users", "u1")` is then one tag
+  filter, and prefix search works at every depth. Tags hold digests because a tag is
+  lower-case `[a-z0-9_:.-]` of at most 64 characters, and a namespace label may be
+  anything. A namespace is at most 30 labels deep (a memory has 32 tags). Workflows are
+  not used for namespaces (a workflow id cannot hold a prefix relation): `workflow_id=`
+  puts the whole store in one workflow, and by default its items are general memories,
+  which every workflow's reads see.
+- **Values** are kept exactly in the head's `metadata`: `{"kind": "langgraph.item",
+  "namespace", "key", "version", "value"}`, `version` naming this write of the value. A
+  value whose JSON exceeds the bus's metadata limits (8 KiB, 8 levels) is cut in pieces:
+  the head holds the first, continuation parts (memories tagged only `langgraph.part`, the
+  key's tag and `lg.v:<version>`) the rest; about 150 KiB of JSON at most (200 KiB of text
+  that needs few JSON escapes). `content` is the text that is embedded and searched: the
   fields of the store's `fields` (or of `put(..., index=[...])`, LangGraph's JSON paths),
   by default the whole value rendered as `field: value` lines; `index=False` keeps only
   the item's path (`users/u1/memories/<key>`).
-- **A put** is one `apply`: delete the key's current memory, add the new one; both or
-  neither. A put that lost a race with a delete of the same memory is retried; two puts of
-  a new key at the same moment may both land, and reads then take the newest (the next put
-  removes both). A delete is `put(..., None)`: the key's memories are deleted.
-- **Timestamps**: `updated_at` is when the current value was written, `created_at` when
-  the key was first written (kept across puts in the metadata).
+- **A put** is one keyed `add` of the head, conditional on the head's version read just
+  before (`expected_version`, 0 when there is none): it replaces the head in place (same
+  id, `created_at` kept) in one atomic step. A value in parts writes its parts first (one
+  atomic `apply`), then the head; readers follow the head's version, so they see the old
+  value or the new one, never a mix. A put that finds the head changed meanwhile reads it
+  again and retries, with jitter: each lost race is another write of the key that landed
+  while it ran, so a put fails (`Conflict`, nothing of it stored) only when 16 others
+  land meanwhile; every other put lands, and the last to land wins, as in LangGraph's own
+  stores. Once the head is written, the
+  parts of the version it replaced are deleted. A delete is `put(..., None)`: the head is
+  deleted at the version read (retried likewise), then its parts.
+- **What is exact**: one item (one head memory) per key, whatever puts and deletes of it
+  run at the same moment, in any processes: concurrent first puts of a key leave one item;
+  a put replaces the value atomically; a read returns one whole value, never a mix of two
+  writes (it follows up to 16 replacements of the head while it reads). **What is not**:
+  a process that dies between writing parts and writing the head, or between writing the
+  head and deleting the replaced parts, leaves parts no head names ("orphans"); so, rarely,
+  does a put racing a delete and a new first put of the key (versions restart at 1 after a
+  delete, and a keyed add checks the version only). Reads never see them; the next put of
+  that key that writes or replaces a value in parts deletes them once they are 15 minutes
+  old (younger ones may belong to a put still running: a put gives up rather than write a
+  head over parts written more than 5 minutes earlier). Items written before keys (the v3
+  layout: no bus key) are neither read by `get` and `search` nor migrated (there are no
+  deployments of it); delete them (tag `langgraph`).
+- **Timestamps**: `created_at` is when the key's head was first written (a put replaces it
+  in place; a delete ends it), `updated_at` when the current value was written.
 - **Search** with `query` is the bus's `search` under the prefix's tag (`SearchItem.score`
-  is the bus's score); without one it lists the prefix's items, most recently written
-  first. `filter` (LangGraph's syntax: exact values, `$eq`, `$ne`, `$gt`, `$gte`, `$lt`,
-  `$lte`) is applied here to the values read: with a query, among the bus's best 100.
-  `offset + limit` of a query search is at most 100.
+  is the bus's score); without one it lists the prefix's items, most recently created
+  first (the bus lists by creation, and a put keeps its item's). `filter` (LangGraph's
+  syntax: exact values, `$eq`, `$ne`, `$gt`, `$gte`, `$lt`, `$lte`) is applied here to the
+  values read: with a query, among the bus's best 100. `offset + limit` of a query search
+  is at most 100.
 - **list_namespaces** reads the compact list of items under the longest fixed part of the
   prefix (up to 10,200 items) and one item per namespace for its name.
 - **TTL** (`supports_ttl`): `put(..., ttl=minutes)` sets the memory's `idle_ttl_s` (at
@@ -60,12 +83,15 @@ import asyncio
 import contextlib
 import itertools
 import math
+import random
+import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, NamedTuple
 
 import msgspec
+import structlog
 from langgraph.store.base import (
     BaseStore,
     GetOp,
@@ -84,10 +110,9 @@ from langgraph.store.base import (
 )
 
 from bus.client import AgentMemory, MemoryBus
-from bus.errors import Conflict
+from bus.errors import BusError, Conflict, NotFound
 from bus.integrations._documents import (
     Incomplete,
-    Refused,
     chunked,
     compact_pages,
     content_text,
@@ -99,22 +124,37 @@ from bus.integrations._documents import (
     write_groups,
 )
 from contracts import limits
-from contracts.messages import ApplyAction, ApplyAdd, ApplyDelete, Memory
+from contracts.messages import ApplyAdd, ApplyDelete, Memory
 
 __all__ = ["MemoryBusStore"]
 
-# Every item (its first memory) carries this tag; continuation parts carry PART_TAG.
+# Every item (its head) carries this tag; continuation parts carry PART_TAG.
 MARKER = "langgraph"
 PART_TAG = "langgraph.part"
 KIND = "langgraph.item"
 _NS_TAG = "lg.ns"
 _KEY_TAG = "lg.key:"
+_VERSION_TAG = "lg.v:"
+_HEAD_KEY = "lg:"
 # The marker, the key's tag, and one tag per namespace prefix.
 MAX_DEPTH = limits.MAX_TAGS - 2
-# Puts that lost a race with a delete of the memory they replace are tried again (each
-# lost race is another write of the key that succeeded).
-_ATTEMPTS = 8
+# A write that found the head changed since it was read reads it again and retries: each
+# lost race is another write of the key that landed, so this bounds contention, not errors.
+_ATTEMPTS = 16
+# Parts that no head names are deleted by a later put once this old (server time, seen
+# from this process's clock)...
+_ORPHAN_AGE = timedelta(minutes=15)
+# ...which is safe because a put writes its head only within this long of its parts (the
+# difference absorbs clock skew between this process and the bus).
+_HEAD_WINDOW_S = 300.0
+# Heads written (or deleted) at once by one batch.
+_CONCURRENCY = 16
 _encoder = msgspec.json.Encoder()
+log = structlog.get_logger("membus.integrations")
+
+_Key = tuple[tuple[str, ...], str]
+# A head and the value of its version.
+_Resolved = tuple["_Piece", dict[str, Any]]
 
 
 def namespace_tag(prefix: Sequence[str]) -> str:
@@ -126,6 +166,17 @@ def key_tag(namespace: Sequence[str], key: str) -> str:
     return f"{_KEY_TAG}{digest(list(namespace), key)}"
 
 
+def version_tag(version: str) -> str:
+    """The tag of the continuation parts of one write of a value."""
+    return f"{_VERSION_TAG}{version}"
+
+
+def head_key(workflow_id: str | None, namespace: Sequence[str], key: str) -> str:
+    """The bus key of an item's head: the key index is per store of the namespace, not per
+    workflow, so the workflow is part of the name."""
+    return f"{_HEAD_KEY}{digest(workflow_id, list(namespace), key)}"
+
+
 def _tag_depth(tag: str) -> int:
     """The depth of a namespace tag (`lg.ns3:...` is 3); 0 for any other tag."""
     head, sep, _ = tag.partition(":")
@@ -135,7 +186,8 @@ def _tag_depth(tag: str) -> int:
 
 
 class _Piece(NamedTuple):
-    """One memory of an item's value (a whole value is part 0 of 1)."""
+    """One memory of an item's value: its head (part 0; a whole value is part 0 of 1) or a
+    continuation part."""
 
     namespace: tuple[str, ...]
     key: str
@@ -163,38 +215,23 @@ def _parse(memory: Memory) -> _Piece | None:
     return _Piece(tuple(ns), key, version, part, parts, memory)
 
 
-def _newest_first(piece: _Piece) -> tuple[datetime, str]:
-    return piece.memory.created_at, piece.memory.id
-
-
-def _latest(pieces: Iterable[_Piece]) -> tuple[_Piece, dict[str, Any]] | None:
-    """The newest complete version among one key's memories: its first part and value."""
-    versions: dict[str, list[_Piece]] = {}
-    for piece in pieces:
-        versions.setdefault(piece.version, []).append(piece)
-    heads = [head for parts in versions.values() for head in parts if head.part == 0]
-    for head in sorted(heads, key=_newest_first, reverse=True):
-        value = _value(versions[head.version])
-        if value is not None:
-            return head, value
-    return None
-
-
-def _value(pieces: Sequence[_Piece]) -> dict[str, Any] | None:
-    by_id = {p.memory.id: p.memory.metadata for p in pieces}  # a page may repeat a memory
+def _value(head: _Piece, parts: Iterable[_Piece]) -> dict[str, Any] | None:
+    """The value of the head's version: the head and its continuation parts (others, and
+    a part read twice, are left out); None when one is missing."""
+    by_part = {head.part: head.memory.metadata}
+    for piece in parts:
+        if piece.version == head.version and piece.part > 0:
+            by_part.setdefault(piece.part, piece.memory.metadata)
     try:
-        value = unpack("value", list(by_id.values()))
+        value = unpack("value", list(by_part.values()))
     except Incomplete:
         return None
     return value if isinstance(value, dict) else None
 
 
-def _created_at(head: _Piece) -> datetime:
-    kept = head.memory.metadata.get("created_at")
-    if isinstance(kept, str):
-        with contextlib.suppress(ValueError):
-            return datetime.fromisoformat(kept)
-    return head.memory.created_at
+async def _backoff(attempt: int) -> None:
+    """A short random pause before trying a lost race again, so racers spread out."""
+    await asyncio.sleep(random.uniform(0, min(0.1, 0.002 * 2**attempt)))
 
 
 def _path(namespace: Sequence[str], key: str) -> str:
@@ -258,11 +295,18 @@ def _namespace_matches(condition: MatchCondition, namespace: tuple[str, ...]) ->
 
 
 class _Prepared(NamedTuple):
-    """A put checked and rendered before anything is sent."""
+    """A put checked and rendered before anything is sent: the metadata of its head and
+    continuation parts (none for a delete), under a version naming this write."""
 
     op: PutOp
     value: dict[str, Any] | None
     text: str
+    version: str
+    metadatas: list[dict[str, Any]]
+
+    @property
+    def key(self) -> _Key:
+        return self.op.namespace, self.op.key
 
 
 class MemoryBusStore(BaseStore):
@@ -291,6 +335,7 @@ class MemoryBusStore(BaseStore):
     ) -> None:
         self.bus = bus
         self.memory: AgentMemory = bus.agent(workflow_id=workflow_id, agent_id=agent_id)
+        self.workflow_id = workflow_id
         self.type = type
         self.fields = list(fields) if fields else ["$"]
         self.search_mode = search_mode
@@ -373,60 +418,95 @@ class MemoryBusStore(BaseStore):
 
     # ------------------------------------------------------------------ reads
 
-    async def _pieces_of(self, keys: Sequence[tuple[tuple[str, ...], str]]) -> list[_Piece]:
-        """Every memory of these keys (each version, each part)."""
+    def _name(self, key: _Key) -> str:
+        return head_key(self.workflow_id, *key)
 
-        async def some(group: Sequence[tuple[tuple[str, ...], str]]) -> list[_Piece]:
-            tags = [key_tag(ns, key) for ns, key in group]
-            wanted = set(group)
-            found = []
-            async for page in full_pages(self.memory, tags=tags, scope=self._scope):
-                for memory in page:
-                    piece = _parse(memory)
-                    # The metadata decides: a digest says where to look, not what was found.
-                    if piece is not None and (piece.namespace, piece.key) in wanted:
-                        found.append(piece)
+    async def _heads(self, keys: Sequence[_Key]) -> dict[_Key, _Piece]:
+        """The current head of each key that has one, read by its bus key."""
+        names = {self._name(key): key for key in dict.fromkeys(keys)}
+
+        async def some(group: Sequence[str]) -> list[Memory]:
+            found: list[Memory] = []
+            left = list(group)
+            while left:
+                reply = await self.memory.get(keys=left)
+                found.extend(reply.memories)
+                # A reply trimmed to the max payload leaves some out: ask for those again.
+                held = {m.key for m in reply.memories} | set(reply.missing_keys)
+                rest = [name for name in left if name not in held]
+                if not reply.memories or len(rest) == len(left):
+                    break
+                left = rest
             return found
 
-        groups = await asyncio.gather(*(some(g) for g in chunked(keys, limits.MAX_TAGS)))
+        groups = await asyncio.gather(*(some(g) for g in chunked(list(names), limits.MAX_IDS)))
+        heads: dict[_Key, _Piece] = {}
+        for memory in itertools.chain.from_iterable(groups):
+            piece = _parse(memory)
+            key = names.get(memory.key or "")
+            # The metadata decides: a digest says where to look, not what was found.
+            if piece is None or key is None or (piece.namespace, piece.key) != key:
+                continue
+            if piece.part == 0 and (
+                key not in heads or memory.updated_at > heads[key].memory.updated_at
+            ):
+                heads[key] = piece
+        return heads
+
+    async def _parts(self, heads: Sequence[_Piece]) -> list[_Piece]:
+        """The continuation parts of these heads' versions (of heads in parts only)."""
+        tags = list(dict.fromkeys(version_tag(h.version) for h in heads if h.parts > 1))
+
+        async def some(group: Sequence[str]) -> list[_Piece]:
+            found: list[_Piece] = []
+            async for page in full_pages(self.memory, tags=list(group), scope=self._scope):
+                found.extend(p for p in map(_parse, page) if p is not None and p.part > 0)
+            return found
+
+        groups = await asyncio.gather(*(some(g) for g in chunked(tags, limits.MAX_TAGS)))
         return [piece for group in groups for piece in group]
 
+    async def _resolve(self, heads: Mapping[_Key, _Piece]) -> dict[_Key, _Resolved]:
+        """Each head's value. A head whose parts went meanwhile was replaced or deleted by a
+        put: its key's head is read again, and the newer one followed; a key whose head did
+        not change but whose value is incomplete (parts expired) is left out."""
+        resolved: dict[_Key, _Resolved] = {}
+        pending = dict(heads)
+        for attempt in range(_ATTEMPTS):
+            parts = await self._parts(list(pending.values()))
+            by_version: dict[str, list[_Piece]] = {}
+            for piece in parts:
+                by_version.setdefault(piece.version, []).append(piece)
+            lost: dict[_Key, _Piece] = {}
+            for key, head in pending.items():
+                value = _value(head, by_version.get(head.version, []))
+                if value is None:
+                    lost[key] = head
+                else:
+                    resolved[key] = (head, value)
+            if not lost:
+                break
+            await _backoff(attempt)
+            fresh = await self._heads(list(lost))
+            pending = {k: h for k, h in fresh.items() if h.version != lost[k].version}
+            if not pending:
+                break
+        return resolved
+
     async def _gets(self, gets: list[tuple[int, GetOp]], results: list[Result]) -> None:
-        keys = list(dict.fromkeys((op.namespace, op.key) for _, op in gets))
-        by_key: dict[tuple[tuple[str, ...], str], list[_Piece]] = {}
-        for piece in await self._pieces_of(keys):
-            by_key.setdefault((piece.namespace, piece.key), []).append(piece)
+        keys = [(op.namespace, op.key) for _, op in gets]
+        values = await self._resolve(await self._heads(keys))
         for i, op in gets:
-            latest = _latest(by_key.get((op.namespace, op.key), []))
-            if latest is not None:
-                head, value = latest
+            found = values.get((op.namespace, op.key))
+            if found is not None:
+                head, value = found
                 results[i] = Item(
                     value=value,
                     key=head.key,
                     namespace=head.namespace,
-                    created_at=_created_at(head),
+                    created_at=head.memory.created_at,
                     updated_at=head.memory.updated_at,
                 )
-
-    async def _values(self, heads: Sequence[_Piece]) -> dict[str, dict[str, Any]]:
-        """The value of each head's version (by version), reading the other parts of the
-        values kept in several memories; an incomplete one is left out."""
-        values: dict[str, dict[str, Any]] = {}
-        split = []
-        for head in heads:
-            if head.parts == 1:
-                value = _value([head])
-                if value is not None:
-                    values[head.version] = value
-            else:
-                split.append(head)
-        if split:
-            pieces = await self._pieces_of([(h.namespace, h.key) for h in split])
-            for head in split:
-                value = _value([p for p in pieces if p.version == head.version])
-                if value is not None:
-                    values[head.version] = value
-        return values
 
     async def _search(self, i: int, op: SearchOp, results: list[Result]) -> None:
         prefix = op.namespace_prefix
@@ -443,7 +523,13 @@ class MemoryBusStore(BaseStore):
         results[i] = found[offset : offset + limit]
 
     def _under(self, piece: _Piece | None, prefix: tuple[str, ...]) -> bool:
-        return piece is not None and piece.part == 0 and piece.namespace[: len(prefix)] == prefix
+        """A head (it holds its item's bus key) under `prefix`."""
+        return (
+            piece is not None
+            and piece.part == 0
+            and piece.namespace[: len(prefix)] == prefix
+            and piece.memory.key == self._name((piece.namespace, piece.key))
+        )
 
     async def _semantic(self, query: str, tag: str, op: SearchOp, want: int) -> list[SearchItem]:
         # With a filter, the best the bus returns are filtered here: ask for all it gives.
@@ -452,7 +538,7 @@ class MemoryBusStore(BaseStore):
             query, limit=asked, mode=self.search_mode, tags=[tag], scope=self._scope
         )
         heads: list[tuple[_Piece, float]] = []
-        seen: set[tuple[tuple[str, ...], str]] = set()
+        seen: set[_Key] = set()
         for hit in reply.results:
             piece = _parse(hit)
             if piece is None or not self._under(piece, op.namespace_prefix):
@@ -460,33 +546,33 @@ class MemoryBusStore(BaseStore):
             if (piece.namespace, piece.key) not in seen:  # one item per key, the best hit
                 seen.add((piece.namespace, piece.key))
                 heads.append((piece, hit.score))
-        values = await self._values([head for head, _ in heads])
+        values = await self._resolve({(h.namespace, h.key): h for h, _ in heads})
         found = []
-        for head, score in heads:
-            value = values.get(head.version)
-            if value is not None and (not op.filter or matches(value, op.filter)):
-                found.append(_search_item(head, value, score))
+        for best, score in heads:
+            resolved = values.get((best.namespace, best.key))
+            if resolved is not None and (not op.filter or matches(resolved[1], op.filter)):
+                found.append(_search_item(*resolved, score))
         return found
 
     async def _recent(self, tag: str, op: SearchOp, want: int) -> list[SearchItem]:
         found: list[SearchItem] = []
-        seen: set[tuple[tuple[str, ...], str]] = set()
+        seen: set[_Key] = set()
         pages = full_pages(self.memory, tags=[tag], scope=self._scope)
         async with contextlib.aclosing(pages):
             async for page in pages:
                 heads = []
-                for memory in page:  # newest first: a key's first memory is its current one
+                for memory in page:  # newest first, one head a key
                     piece = _parse(memory)
                     if piece is None or not self._under(piece, op.namespace_prefix):
                         continue
                     if (piece.namespace, piece.key) not in seen:
                         seen.add((piece.namespace, piece.key))
                         heads.append(piece)
-                values = await self._values(heads)
+                values = await self._resolve({(h.namespace, h.key): h for h in heads})
                 for head in heads:
-                    value = values.get(head.version)
-                    if value is not None and (not op.filter or matches(value, op.filter)):
-                        found.append(_search_item(head, value, None))
+                    resolved = values.get((head.namespace, head.key))
+                    if resolved is not None and (not op.filter or matches(resolved[1], op.filter)):
+                        found.append(_search_item(*resolved, None))
                 if len(found) >= want:
                     break
         return found
@@ -521,79 +607,165 @@ class MemoryBusStore(BaseStore):
     # ------------------------------------------------------------------ writes
 
     async def _put(self, ops: list[PutOp]) -> None:
-        pending = [self._prepare(op) for op in ops]  # every value checked before any write
-        for _ in range(_ATTEMPTS):
-            keys = [(p.op.namespace, p.op.key) for p in pending]
-            current: dict[tuple[tuple[str, ...], str], list[_Piece]] = {}
-            for piece in await self._pieces_of(keys):
-                current.setdefault((piece.namespace, piece.key), []).append(piece)
-            groups = [
-                self._actions(p, current.get(key, [])) for p, key in zip(pending, keys, strict=True)
-            ]
+        prepared = [self._prepare(op) for op in ops]  # every value checked before any write
+        split = [p for p in prepared if len(p.metadatas) > 1]
+        # A value in parts: its parts first (each value's in one atomic `apply`, measured
+        # before anything is sent), so that a head is never written before its parts.
+        written = time.monotonic()
+        try:
+            heads, _ = await asyncio.gather(
+                self._heads([p.key for p in prepared]),
+                write_groups(self.memory, [self._part_actions(p) for p in split]),
+            )
+        except BaseException:
+            await asyncio.gather(*(self._forget(p) for p in split))
+            raise
+        limit = asyncio.Semaphore(_CONCURRENCY)
+
+        async def settle(p: _Prepared) -> None:
+            async with limit:
+                await self._settle(p, heads.get(p.key), written)
+
+        outcomes = await asyncio.gather(*(settle(p) for p in prepared), return_exceptions=True)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+
+    async def _settle(self, p: _Prepared, head: _Piece | None, written: float) -> None:
+        """Write the head (or delete it) at the version read; read it again and retry when
+        another write of the key landed first; then delete the parts nothing names."""
+        for attempt in range(_ATTEMPTS):
+            if len(p.metadatas) > 1 and time.monotonic() - written > _HEAD_WINDOW_S:
+                # Parts this old may be swept as orphans by another put: never name them.
+                await self._forget(p)
+                raise Conflict(
+                    f"The put of {p.op.key!r} in {p.op.namespace} took over"
+                    f" {_HEAD_WINDOW_S:.0f} s between writing its value's parts and its"
+                    " head, and was given up (nothing of it is stored): retry it."
+                )
             try:
-                await write_groups(self.memory, groups)
-                return
-            except Refused as refused:
-                # A memory to replace went meanwhile: what follows is read and sent again.
-                pending = pending[refused.first :]
+                await self._write_head(p, head)
+            except (Conflict, NotFound) as lost:
+                # Refused whole: another put or delete of the key landed since the read (a
+                # delete finds the head gone); anything else is not a race.
+                if isinstance(lost, NotFound) and p.value is not None:
+                    raise
+                await _backoff(attempt)
+                head = (await self._heads([p.key])).get(p.key)
+                continue
+            await self._clean(p, head)
+            return
+        await self._forget(p)
         raise Conflict(
-            f"{len(pending)} put(s) kept racing with other writes of the same keys; retry."
+            f"The put of {p.op.key!r} in {p.op.namespace} lost the race to other writes of"
+            f" that key {_ATTEMPTS} times in a row (nothing of it is stored): retry it."
         )
 
+    async def _write_head(self, p: _Prepared, head: _Piece | None) -> None:
+        if p.value is None:
+            if head is not None:
+                delete = ApplyDelete(id=head.memory.id, expected_version=head.memory.version)
+                await self.memory.apply([delete])
+            return
+        op = p.op
+        ttl_s, idle_ttl_s = self._lifetime(op.ttl)
+        await self.memory.add(
+            self.type,
+            p.text,
+            tags=[
+                MARKER,
+                *(namespace_tag(op.namespace[:depth]) for depth in range(1, len(op.namespace) + 1)),
+                key_tag(op.namespace, op.key),
+            ],
+            metadata=p.metadatas[0],
+            dedup="none",
+            scope=self._scope,
+            ttl_s=ttl_s,
+            idle_ttl_s=idle_ttl_s,
+            key=self._name(p.key),
+            expected_version=head.memory.version if head is not None else 0,
+        )
+
+    def _part_actions(self, p: _Prepared) -> list[ApplyAdd]:
+        """The adds of a value's continuation parts."""
+        op = p.op
+        tags = [PART_TAG, key_tag(op.namespace, op.key), version_tag(p.version)]
+        path = _path(op.namespace, op.key)
+        ttl_s, idle_ttl_s = self._lifetime(op.ttl)
+        return [
+            ApplyAdd(
+                type=self.type,
+                content=f"{path} (part {part + 1})",
+                tags=tags,
+                metadata=metadata,
+                dedup="none",
+                scope=self._scope,
+                ttl_s=ttl_s,
+                idle_ttl_s=idle_ttl_s,
+            )
+            for part, metadata in enumerate(p.metadatas)
+            if part > 0
+        ]
+
+    async def _clean(self, p: _Prepared, replaced: _Piece | None) -> None:
+        """After the head changed: delete the parts of the version it replaced (no head
+        names that version any more) and orphans old enough that no put still running can
+        name them. The put has landed, so a failure here is only logged."""
+        old = replaced.version if replaced is not None and replaced.parts > 1 else None
+        if old is None and len(p.metadatas) <= 1:
+            return  # no parts involved: nothing to look for
+        try:
+            cutoff = datetime.now(UTC) - _ORPHAN_AGE
+            doomed: list[str] = []
+            tag = key_tag(*p.key)
+            async for page in full_pages(self.memory, tags=[tag], scope=self._scope):
+                for piece in map(_parse, page):
+                    if (
+                        piece is not None
+                        and piece.part > 0
+                        and (piece.namespace, piece.key) == p.key
+                        and piece.version != p.version
+                        and (piece.version == old or piece.memory.created_at < cutoff)
+                    ):
+                        doomed.append(piece.memory.id)
+            await self._delete(doomed)
+        except BusError as exc:
+            log.warning("langgraph.parts_left", key=p.op.key, error=exc.message)
+
+    async def _forget(self, p: _Prepared) -> None:
+        """Delete the parts of a write that will not be a head (best effort)."""
+        if len(p.metadatas) <= 1:
+            return
+        try:
+            ids: list[str] = []
+            tags = [version_tag(p.version)]
+            async for page in full_pages(self.memory, tags=tags, scope=self._scope):
+                ids.extend(m.id for m in page)
+            await self._delete(ids)
+        except BusError as exc:
+            log.warning("langgraph.parts_left", key=p.op.key, error=exc.message)
+
+    async def _delete(self, ids: Sequence[str]) -> None:
+        for group in chunked(list(dict.fromkeys(ids)), limits.MAX_IDS):
+            await self.memory.delete(group)  # one gone meanwhile is only `missing`
+
     def _prepare(self, op: PutOp) -> _Prepared:
+        version = uuid.uuid4().hex
         path = _path(op.namespace, op.key)
         if op.value is None:
-            return _Prepared(op, None, "")
+            return _Prepared(op, None, "", version, [])
         if not isinstance(op.value, Mapping):
             raise TypeError(f"A store value is a mapping (a JSON object); got {type(op.value)}")
         value = plain_json(dict(op.value))
+        header = {"kind": KIND, "namespace": list(op.namespace), "key": op.key, "version": version}
+        metadatas = pack(header, "value", value)
         if op.index is False:
-            return _Prepared(op, value, path)
+            return _Prepared(op, value, path, version, metadatas)
         texts: list[str] = []
         for field in op.index if op.index is not None else self.fields:
             texts.extend([render(value)] if field == "$" else get_text_at_path(value, field))
-        return _Prepared(op, value, content_text("\n".join(texts), fallback=path))
-
-    def _actions(self, prepared: _Prepared, current: list[_Piece]) -> list[ApplyAction]:
-        """Delete the key's memories; add the new value's (one `apply`: both or neither)."""
-        op = prepared.op
-        actions: list[ApplyAction] = [
-            ApplyDelete(id=mid) for mid in dict.fromkeys(p.memory.id for p in current)
-        ]
-        if prepared.value is None:
-            return actions
-        header: dict[str, Any] = {
-            "kind": KIND,
-            "namespace": list(op.namespace),
-            "key": op.key,
-            "version": uuid.uuid4().hex,
-        }
-        latest = _latest(current)
-        if latest is not None:
-            header["created_at"] = _created_at(latest[0]).isoformat()
-        metadatas = pack(header, "value", prepared.value)
-        tag = key_tag(op.namespace, op.key)
-        head_tags = [
-            MARKER,
-            *(namespace_tag(op.namespace[:depth]) for depth in range(1, len(op.namespace) + 1)),
-            tag,
-        ]
-        path = _path(op.namespace, op.key)
-        ttl_s, idle_ttl_s = self._lifetime(op.ttl)
-        for part, metadata in enumerate(metadatas):
-            actions.append(
-                ApplyAdd(
-                    type=self.type,
-                    content=prepared.text if part == 0 else f"{path} (part {part + 1})",
-                    tags=head_tags if part == 0 else [PART_TAG, tag],
-                    metadata=metadata,
-                    dedup="none",
-                    scope=self._scope,
-                    ttl_s=ttl_s,
-                    idle_ttl_s=idle_ttl_s,
-                )
-            )
-        return actions
+        text = content_text("\n".join(texts), fallback=path)
+        return _Prepared(op, value, text, version, metadatas)
 
     def _lifetime(self, ttl: float | None) -> tuple[int | None, int | None]:
         """LangGraph's TTL (minutes, refreshed by reads by default) as the memory's
@@ -611,7 +783,7 @@ def _search_item(head: _Piece, value: dict[str, Any], score: float | None) -> Se
         namespace=head.namespace,
         key=head.key,
         value=value,
-        created_at=_created_at(head),
+        created_at=head.memory.created_at,
         updated_at=head.memory.updated_at,
         score=score,
     )

@@ -23,7 +23,10 @@ from langgraph.store.base import (
 from langgraph.store.memory import InMemoryStore
 
 from bus import MemoryBus, TooLarge
-from bus.integrations.langgraph import MARKER, PART_TAG, MemoryBusStore
+from bus.client import AgentMemory
+from bus.errors import Conflict
+from bus.integrations import langgraph
+from bus.integrations.langgraph import MARKER, PART_TAG, MemoryBusStore, key_tag
 from contracts import Memory
 
 # Every test through NATS to the handler processes, and in this process (tracebacks).
@@ -391,6 +394,13 @@ async def test_a_workflow_store_is_seen_only_from_that_workflow(bus: MemoryBus) 
     listed = await bus.agent(workflow_id="wf_a").list(tags=[MARKER], scope="workflow")
     assert [m.workflow_id for m in listed.memories] == ["wf_a"]  # ...one of workflow wf_a
 
+    # The bus's key index is per namespace, not per workflow: the workflow is in the name.
+    await in_b.aput(("users", "u1"), "k", {"text": "only in workflow b"})
+    await general.aput(("users", "u1"), "k", {"text": "general"})
+    for store, text in ((in_a, "a"), (in_b, "b"), (general, "l")):
+        item = await store.aget(("users", "u1"), "k")
+        assert item is not None and item.value["text"].endswith(text)
+
 
 async def test_ttl_becomes_the_memorys_idle_or_fixed_lifetime(bus: MemoryBus) -> None:
     refreshing = MemoryBusStore(bus)
@@ -423,6 +433,138 @@ async def test_concurrent_puts_of_one_key_leave_one_memory(bus: MemoryBus) -> No
     assert len(memories) == 1
     item = await one.aget(("race",), "k")
     assert item is not None and item.value in ({"v": "one-4"}, {"v": "other-4"})
+
+
+async def test_concurrent_first_puts_of_one_key_leave_one_item(bus: MemoryBus) -> None:
+    stores = [MemoryBusStore(bus) for _ in range(12)]  # as many agents' stores
+
+    await asyncio.gather(
+        *(s.aput(("race", "first"), "k", {"writer": n}) for n, s in enumerate(stores))
+    )
+
+    memories = await stored(bus, key_tag(("race", "first"), "k"))
+    assert len(memories) == 1
+    assert memories[0].version == 12  # created once, then replaced by each other put
+    item = await stores[0].aget(("race", "first"), "k")
+    assert item is not None and item.value == memories[0].metadata["value"]
+    assert item.value["writer"] in range(12)
+    assert len(await stores[0].asearch(("race",))) == 1
+
+
+async def _settled(bus: MemoryBus, store: MemoryBusStore, ns: tuple[str, ...], key: str) -> Any:
+    """The key's value, after checking that its memories are its head and exactly the parts
+    of the head's version."""
+    memories = await stored(bus, key_tag(ns, key))
+    heads = [m for m in memories if MARKER in m.tags]
+    parts = [m for m in memories if PART_TAG in m.tags]
+    item = await store.aget(ns, key)
+    if item is None:
+        assert memories == []
+        return None
+    [head] = heads
+    assert {p.metadata["version"] for p in parts} <= {head.metadata["version"]}
+    assert len(parts) == head.metadata.get("parts", 1) - 1
+    return item.value
+
+
+async def test_concurrent_large_and_small_puts_settle_on_one_whole_value(bus: MemoryBus) -> None:
+    ns = ("race", "sizes")
+    big, small = _big_value(30_000), {"text": "small"}
+    writers = [MemoryBusStore(bus) for _ in range(4)]
+    reader = MemoryBusStore(bus)
+    await reader.aput(ns, "k", big)
+    seen: list[Any] = []
+
+    async def read_while_writing(stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            item = await reader.aget(ns, "k")
+            seen.append(item.value if item is not None else None)
+
+    for round_ in range(4):
+        stop = asyncio.Event()
+        reading = asyncio.create_task(read_while_writing(stop))
+        await asyncio.gather(
+            *(w.aput(ns, "k", big if (n + round_) % 2 else small) for n, w in enumerate(writers))
+        )
+        stop.set()
+        await reading
+        assert await _settled(bus, reader, ns, "k") in (big, small)
+
+    # A key replaced in place is never missing, and a read never mixes two writes.
+    assert seen and all(value in (big, small) for value in seen)
+
+
+async def test_a_delete_racing_a_put_ends_with_the_item_whole_or_gone(bus: MemoryBus) -> None:
+    ns = ("race", "delete")
+    deleter, writer = MemoryBusStore(bus), MemoryBusStore(bus)
+    big = _big_value(30_000)
+    outcomes = set()
+
+    for round_ in range(6):
+        await writer.aput(ns, "k", big if round_ % 2 else {"v": "before"})
+        new = {"v": f"after-{round_}"} if round_ % 3 else big
+        await asyncio.gather(deleter.adelete(ns, "k"), writer.aput(ns, "k", new))
+        value = await _settled(bus, writer, ns, "k")
+        assert value in (None, new)
+        outcomes.add(value is None)
+
+    await deleter.adelete(ns, "k")
+    assert await stored(bus, key_tag(ns, "k")) == [] and outcomes
+
+
+async def test_get_reads_heads_by_key_a_hundred_a_request(
+    bus: MemoryBus, store: MemoryBusStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ns = ("many",)
+    await store.abatch([PutOp(ns, f"k{n}", {"n": n}) for n in range(150)])
+    asked: list[list[str]] = []
+    get = AgentMemory.get
+
+    async def counted(self: AgentMemory, ids: Any = None, *, keys: Any = None) -> Any:
+        asked.append(list(keys or []))
+        return await get(self, ids, keys=keys)
+
+    monkeypatch.setattr(AgentMemory, "get", counted)
+
+    items = await store.abatch([GetOp(ns, f"k{n}") for n in range(150)] + [GetOp(ns, "none")])
+
+    assert [len(keys) for keys in asked] == [100, 51]
+    assert [i.value for i in items[:150]] == [{"n": n} for n in range(150)]  # type: ignore[union-attr]
+    assert items[150] is None
+    assert len(await stored(bus)) == 150
+
+
+async def test_orphan_parts_are_swept_by_a_later_put_once_old_enough(
+    bus: MemoryBus, store: MemoryBusStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ns, big = ("orphans",), _big_value(30_000)
+    # A put that died after writing its parts: parts that no head names.
+    dead = store._prepare(PutOp(ns, "k", big))
+    await store.memory.apply(store._part_actions(dead))
+    orphans = len(await stored(bus, PART_TAG))
+    assert orphans == len(dead.metadatas) - 1 > 1
+
+    await store.aput(ns, "k", big)  # young parts may be a running put's: kept
+    assert len(await stored(bus, PART_TAG)) == 2 * orphans
+    assert await store.aget(ns, "k") is not None
+
+    monkeypatch.setattr(langgraph, "_ORPHAN_AGE", timedelta(0))
+    await store.aput(ns, "k", big)
+    assert await _settled(bus, store, ns, "k") == big
+    assert len(await stored(bus, PART_TAG)) == orphans  # only the head's own
+
+
+async def test_a_put_too_slow_to_name_its_parts_gives_up_and_leaves_nothing(
+    bus: MemoryBus, store: MemoryBusStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(langgraph, "_HEAD_WINDOW_S", -1.0)
+
+    with pytest.raises(Conflict, match="retry"):
+        await store.aput(("slow",), "k", _big_value(30_000))
+
+    assert await stored(bus) == [] and await stored(bus, PART_TAG) == []
+    await store.aput(("slow",), "k", {"small": "values have no parts"})
+    assert await store.aget(("slow",), "k") is not None
 
 
 async def test_namespaces_langgraph_refuses_are_refused(store: MemoryBusStore) -> None:
