@@ -10,7 +10,6 @@ follow the write, one per memory changed, as the separate operations would publi
 
 from __future__ import annotations
 
-import contextlib
 from typing import Literal, NamedTuple, get_args
 
 import msgspec
@@ -53,8 +52,6 @@ from handlers.store.batch import Refused, Step
 from handlers.store.reads import record_row
 from handlers.store.record import Record
 
-# Attempts when a memory to update changed between its read and the write.
-_ATTEMPTS = 3
 # An action's tag, as `Applied.action` names it.
 ActionKind = Literal["add", "update", "supersede", "delete"]
 _KINDS: tuple[ActionKind, ...] = get_args(ActionKind)
@@ -74,19 +71,14 @@ class _Planned(NamedTuple):
 
 @handles(ApplyRequest)
 async def apply(ns: str, req: ApplyRequest, deps: Deps) -> ApplyReply:
+    """v4: each memory an action names is read once, and the batch applies only if every
+    one is still at the version read when its script runs: of concurrent batches touching
+    one memory, exactly one applies and the others are `conflict`, refused whole."""
     _one_action_per_memory(req)
-    # Updates are made from the memory as read: like `update`, one at a time per memory.
-    updated = sorted({a.id for a in req.actions if isinstance(a, ApplyUpdate)})
-    async with contextlib.AsyncExitStack() as held:
-        for mid in updated:
-            await held.enter_async_context(deps.store.exclusive(ns, f"update:{mid}"))
-        for attempt in range(_ATTEMPTS):
-            try:
-                return await _apply_once(ns, req, deps)
-            except Refused as exc:
-                if exc.why != "changed" or attempt == _ATTEMPTS - 1:
-                    raise _refusal(ns, req, exc) from None
-    raise AssertionError("unreachable")  # the loop returns or raises
+    try:
+        return await _apply_once(ns, req, deps)
+    except Refused as exc:
+        raise _refusal(ns, req, exc) from None
 
 
 def _one_action_per_memory(req: ApplyRequest) -> None:
@@ -144,11 +136,11 @@ async def _plan(
         )  # fmt: skip
         return _Planned([step], updated=prepared, redacted=prepared.secrets.redacted)
     if isinstance(action, ApplyDelete):
-        await _live_target(ns, action, deps, now)
+        read = await _live_target(ns, action, deps, now)
         gone = entry("deleted", now, req)
         keep_ms = deps.settings.history_after_delete_s * 1000
         step = Step.delete(
-            i, ns, action.id, now, gone, keep_ms, STATE_TYPE, action.expected_version
+            i, ns, action.id, now, gone, keep_ms, STATE_TYPE, action.expected_version, read
         )
         return _Planned([step], deleted=action.id)
     if action.key is not None:
@@ -164,8 +156,9 @@ async def _plan(
             " `reconcile` to find near-duplicates first"
         )
     add = _as_add(action, req)
+    read = 0
     if isinstance(action, ApplySupersede):
-        await _live_target(ns, action, deps, now)
+        read = await _live_target(ns, action, deps, now)
         # The new memory is always a memory of its own: were it a repeat of a live one,
         # that one would supersede the target, and might be the target itself.
         add = msgspec.structs.replace(add, dedup="none")
@@ -175,7 +168,9 @@ async def _plan(
         closed = entry("superseded", now, add, add.agent_id)
         start = rec.valid_from if rec.valid_from is not None else rec.created_at
         steps.append(
-            Step.supersede(i, ns, action.id, rec.id, start, now, closed, action.expected_version)
+            Step.supersede(
+                i, ns, action.id, rec.id, start, now, closed, action.expected_version, read=read
+            )
         )
     return _Planned(steps, added=rec, redacted=secrets.redacted)
 
@@ -192,10 +187,11 @@ def _as_add(action: ApplyAdd | ApplySupersede, req: ApplyRequest) -> AddRequest:
     return AddRequest(**fields)
 
 
-async def _live_target(ns: str, action: ApplySupersede | ApplyDelete, deps: Deps, now: int) -> None:
+async def _live_target(ns: str, action: ApplySupersede | ApplyDelete, deps: Deps, now: int) -> int:
     """A live memory in a store the caller sees (else not found, so that no id leaks
     across trust levels), not a state, at the version the action expects, and (for a
-    supersede) not superseded already. The batch's script checks it all again."""
+    supersede) not superseded already: its version as read. The batch's script checks it
+    all again, and that the memory is still at that version."""
     rec = await deps.store.reads.read(ns, action.id, now)
     if rec is None or not deps.access.sees(rec.store):
         raise missing_memory(ns, action.id)
@@ -205,6 +201,7 @@ async def _live_target(ns: str, action: ApplySupersede | ApplyDelete, deps: Deps
         raise version_moved(action.id, action.expected_version, rec.version)
     if isinstance(action, ApplySupersede) and rec.superseded_by:
         raise superseded_already(ns, action.id, rec.version)
+    return rec.version
 
 
 def _kind(action: ApplyAction) -> ActionKind:
@@ -217,8 +214,12 @@ def _refusal(ns: str, req: ApplyRequest, exc: Refused) -> HandlerError:
     where = f"actions[{exc.action}] ({_kind(action)})"
     target = getattr(action, "id", None)
     if exc.why == "missing":
-        gone = missing_memory(ns, str(target)).message
-        return NotFound(f"{where}: {gone} Nothing was written.")
+        # It was live when the batch read it: another writer deleted it (or it expired).
+        return Conflict(
+            f"{where}: memory {target!r} was deleted (or expired) by another writer while the"
+            " batch was prepared; nothing was written. Read again and send the batch again"
+            " without it."
+        )
     if exc.why == "immutable":
         return InvalidRequest(f"{where}: {state_is_immutable(str(target), 'apply').message}")
     if exc.why == "unset":
@@ -239,10 +240,16 @@ def _refusal(ns: str, req: ApplyRequest, exc: Refused) -> HandlerError:
             " Nothing was written: drop one of the two actions, or add with"
             ' `dedup: "none"`.'
         )
-    return Conflict(
-        f"{where}: memory {target!r} changed while the batch was prepared ({exc.why});"
-        " nothing was written: retry it."
-    )
+    if exc.why == "changed":
+        version = int(exc.detail)
+        return VersionConflict(
+            f"{where}: memory {target!r} changed while the batch was prepared (it is at version"
+            f" {version} now); nothing was written. Read it again and send the batch again if"
+            " it still applies.",
+            str(target),
+            version,
+        )
+    return Conflict(f"{where}: nothing was written ({exc.why}); retry the batch.")
 
 
 async def _announce(

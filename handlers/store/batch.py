@@ -172,18 +172,19 @@ class Step(NamedTuple):
     @classmethod
     def supersede(cls, action: int, ns: str, memory_id: str, by: str, start_ms: int,
                   now_ms: int, entry: Entry, expected: int | None = None,
-                  follows: bool = False) -> Step:  # fmt: skip
-        """`follows`: superseded by the memory the batch's last add wrote or repeated."""
+                  follows: bool = False, read: int | None = None) -> Step:  # fmt: skip
+        """`follows`: superseded by the memory the batch's last add wrote or repeated;
+        `read`: the version the caller read it at (None: any)."""
         call = supersede_call(ns, [memory_id], by, start_ms, now_ms, entry)
         op = "supersede+" if follows else "supersede"
-        return cls(op, action, "current", "", _at(expected), *call)
+        return cls(op, action, "current", _at(read), _at(expected), *call)
 
     @classmethod
     def delete(cls, action: int, ns: str, memory_id: str, now_ms: int, entry: Entry,
-               history_ms: int, immutable_type: str,
-               expected: int | None = None) -> Step:  # fmt: skip
+               history_ms: int, immutable_type: str, expected: int | None = None,
+               read: int | None = None) -> Step:  # fmt: skip
         call = delete_call(ns, [memory_id], now_ms, entry, history_ms, immutable_type)
-        return cls("delete", action, "live", "", _at(expected), *call)
+        return cls("delete", action, "live", _at(read), _at(expected), *call)
 
 
 def _at(version: int | None) -> str:

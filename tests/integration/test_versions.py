@@ -11,7 +11,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from bus import AgentMemory, MemoryBus
-from bus.errors import Conflict
+from bus.errors import Conflict, NotFound
 from handlers.store import keys
 
 pytestmark = pytest.mark.transports("in_process", "nats", "cluster")
@@ -211,3 +211,36 @@ async def test_events_carry_the_version_after_the_change(bus: MemoryBus) -> None
         ("updated", added.id, 2),
         ("updated", added.id, 3),
     ]
+
+
+@pytest.mark.parametrize("kind", ["update", "delete"])
+async def test_concurrent_apply_batches_changing_one_memory_lose_nothing(
+    wf123: AgentMemory, kind: str
+) -> None:
+    # A batch applies only if the memories it read are still at the versions read: one that
+    # raced another is refused whole (conflict), one that came after it applies on top.
+    target = await wf123.add("fact", "The release train leaves on Thursday")
+    others = [await wf123.add("fact", f"Unrelated note {n}") for n in range(6)]
+
+    def batch(n: int) -> list[dict[str, object]]:
+        action: dict[str, object] = {"action": kind, "id": target.id}
+        if kind == "update":
+            action["content"] = f"The release train leaves on day {n}"
+        # Each batch also touches a memory of its own: refused whole, it changes none.
+        return [action, {"action": "update", "id": others[n].id, "importance": 0.05}]
+
+    outcomes = await asyncio.gather(
+        *(wf123.apply(batch(n)) for n in range(6)), return_exceptions=True
+    )
+    won = [n for n, o in enumerate(outcomes) if not isinstance(o, BaseException)]
+    refused = (Conflict,) if kind == "update" else (Conflict, NotFound)
+    assert won and all(isinstance(o, refused) for n, o in enumerate(outcomes) if n not in won)
+    got = {m.id: m for m in (await wf123.get([o.id for o in others])).memories}
+    assert [n for n in range(6) if got[others[n].id].importance == 0.05] == won
+    if kind == "update":
+        # Every batch that applied made one version: none was lost, none applied twice.
+        final = (await wf123.get([target.id])).memories[0]
+        assert final.version == 1 + len(won)
+        assert final.content in {f"The release train leaves on day {n}" for n in won}
+    else:
+        assert len(won) == 1 and (await wf123.get([target.id])).memories == []
