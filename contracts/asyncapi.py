@@ -174,7 +174,18 @@ def schemas() -> dict[str, dict[str, Any]]:
         "type": "string",
         "enum": list(m.ERROR_CODES),
     }
-    out["ErrorReply"]["properties"]["code"] = {"$ref": SCHEMAS + "ErrorCode"}
+    reply = out["ErrorReply"]["properties"]
+    reply["code"] = {"$ref": SCHEMAS + "ErrorCode"}
+    # v4: what a version `conflict` says beside its code (msgspec writes no field docs).
+    reply["id"]["description"] = (
+        "On a `conflict` over a memory's version (v4): the memory (absent when no current"
+        " memory holds the key a keyed add expected)."
+    )
+    reply["current_version"]["description"] = (
+        "On a `conflict` over a memory's version (v4): its version now; 0 when no current"
+        " memory holds the key a keyed add expected. Read it again and retry with this"
+        " `expected_version` if the change still applies."
+    )
     return out
 
 

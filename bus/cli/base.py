@@ -21,7 +21,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from bus.client import MemoryBus
-from bus.errors import BusError
+from bus.errors import BusError, Conflict
 from contracts import limits
 from contracts.messages import Memory, Request, ScoredMemory
 from contracts.operations import BY_REQUEST
@@ -203,9 +203,22 @@ def run(
         if on_error is not None:
             on_error()
         err.print(f"[red]error[/] ({shown(exc.code)}): {shown(exc.message)}", soft_wrap=True)
+        if isinstance(exc, Conflict) and exc.current_version is not None:
+            err.print(conflict_line(exc.id, exc.current_version), soft_wrap=True)
         raise typer.Exit(1) from None
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
+
+
+def conflict_line(memory_id: str | None, current_version: int) -> str:
+    """A version conflict's state now, with the CLI's option (the message names the wire
+    field)."""
+    if memory_id is None:
+        return "current version: 0 (no current memory holds the key; --expected-version 0 adds it)"
+    return (
+        f"current version: {current_version} of {shown(memory_id)} (membus get reads it;"
+        f" --expected-version {current_version} writes over it)"
+    )
 
 
 def ask(
@@ -324,13 +337,22 @@ def memory_table(memories: Iterable[Memory], title: str) -> Table:
     table = Table(title=title, title_justify="left", expand=False)
     rows = list(memories)
     scored = bool(rows) and isinstance(rows[0], ScoredMemory)
+    # The key column only when a memory has one: most never do.
+    keyed = any(m.key is not None for m in rows)
     if scored:
         table.add_column("score", justify="right")
-    for name in ("id", "type", "content", "tags", "workflow", "created"):
-        table.add_column(name, overflow="fold" if name == "id" else "ellipsis")
+    names = ("id", "version", *(("key",) if keyed else ()), "type", "content", "tags")
+    for name in (*names, "workflow", "created"):
+        table.add_column(
+            name,
+            overflow="fold" if name in ("id", "key") else "ellipsis",
+            justify="right" if name == "version" else "left",
+        )
     for m in rows:
         cells = [
             shown(m.id),
+            str(m.version),
+            *((shown(m.key or "-"),) if keyed else ()),
             shown(m.type),
             shown(marks(m) + short(m.content)),
             shown(", ".join(m.tags)),

@@ -79,13 +79,15 @@ _ACTION_STYLE = {"added": "green", "updated": "yellow", "deleted": "red"}
 
 
 def event_line(event: Event) -> str:
-    """One event as a line of Rich markup: time, action (coloured), type, where, preview."""
+    """One event as a line of Rich markup: time, action (coloured), type, where, the
+    memory's id and version after the change, preview."""
     style = _ACTION_STYLE.get(event.action, "cyan")
     where = event.workflow_id or "(general)"
     who = f" by {shown(event.agent_id)}" if event.agent_id else ""
     return (
         f"[dim]{event.at.strftime('%H:%M:%S')}[/] [{style}]{shown(event.action):<7}[/]"
-        f" [bold]{shown(event.type)}[/] {shown(where)}{who} [dim]{shown(event.id)}[/]"
+        f" [bold]{shown(event.type)}[/] {shown(where)}{who}"
+        f" [dim]{shown(event.id)} v{event.version}[/]"
         f"  {shown(short(event.preview, 80))}"
     )
 

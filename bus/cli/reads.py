@@ -180,19 +180,34 @@ def list_(
 @app.command(rich_help_panel="Read")
 @sends(GetRequest)
 def get(
-    ids: Annotated[list[str], typer.Argument(metavar="ID...", help="Memory ids.")],
+    ids: Annotated[list[str] | None, typer.Argument(metavar="[ID...]", help="Memory ids.")] = None,
+    key: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--key", metavar="KEY", help="A key a keyed add named a memory with (repeat)."
+        ),
+    ] = None,
     nats_url: NatsUrl = DEFAULT_URL,
     namespace: Namespace = DEFAULT_NS,
     as_json: AsJson = False,
 ) -> None:
-    """Read memories whole, by id (a missing one exits 1)."""
-    reply = ask(nats_url, namespace, lambda bus: bus.agent().get(ids), as_json=as_json)
+    """Read memories whole, by id and by key (a missing one exits 1)."""
+    if not ids and not key:
+        raise typer.BadParameter("name memories: ID... or --key KEY (or both)")
+    reply = ask(
+        nats_url,
+        namespace,
+        lambda bus: bus.agent().get(ids or None, keys=key or None),
+        as_json=as_json,
+    )
     if not as_json:
         for m in reply.memories:
             out.print(record_table(m))
         if reply.missing:
             err.print(f"[yellow]not found:[/] {shown(', '.join(reply.missing))}")
-    if reply.missing:
+        if reply.missing_keys:
+            err.print(f"[yellow]no memory holds key:[/] {shown(', '.join(reply.missing_keys))}")
+    if reply.missing or reply.missing_keys:
         raise typer.Exit(1)
 
 

@@ -68,6 +68,16 @@ WorkspaceWrite = Annotated[
 Quiet = Annotated[
     bool, typer.Option("--quiet", "-q", help="Print only the memory's id (for scripts).")
 ]
+ExpectedVersion = Annotated[
+    int | None,
+    typer.Option(
+        "--expected-version",
+        metavar="N",
+        min=0,
+        help="Write only if the memory is still at this version (else a conflict naming its"
+        " version now, exit 1).",
+    ),
+]
 OPEN = "open"
 
 
@@ -84,12 +94,22 @@ def accepted_line(reply: Accepted) -> str:
     return f"accepted by JetStream: request {shown(reply.request_id)} (seq {reply.seq})"
 
 
-def _added_lines(reply: AddReply, workflow: str | None, type_: str) -> list[str]:
+def _added_lines(
+    reply: AddReply, workflow: str | None, type_: str, key: str | None = None
+) -> list[str]:
     if reply.duplicate_of:
-        lines = [f"repeat of {shown(reply.id)}: mentioned {reply.mention_count} times"]
+        lines = [
+            f"repeat of {shown(reply.id)}: mentioned {reply.mention_count} times"
+            f" (version {reply.version})"
+        ]
     else:
         expiry = when(reply.expires_at) if reply.expires_at else "never"
-        lines = [f"added {shown(reply.id)} (importance {reply.importance}, expires {expiry})"]
+        held = f"key {shown(key)}, " if key is not None else ""
+        verb = "replaced" if reply.replaced else "added"
+        lines = [
+            f"{verb} {shown(reply.id)} ({held}version {reply.version},"
+            f" importance {reply.importance}, expires {expiry})"
+        ]
     if workflow and reply.workflow_id is None:
         lines.append(
             f"stored as general: {shown(type_)} is general-scoped (--scope workflow keeps it"
@@ -136,13 +156,33 @@ def add(
     workflow: Workflow = None,
     agent: Agent = None,
     workspace: WorkspaceWrite = None,
+    key: Annotated[
+        str | None,
+        typer.Option(
+            "--key",
+            metavar="KEY",
+            help="A name for it: the current memory of its store holding this key is"
+            " replaced in place (same id, version + 1).",
+        ),
+    ] = None,
+    expected_version: Annotated[
+        int | None,
+        typer.Option(
+            "--expected-version",
+            metavar="N",
+            min=0,
+            help="With --key: replace only the memory at this version; 0: only if no memory"
+            " holds the key yet (else a conflict, exit 1).",
+        ),
+    ] = None,
     durable: Durable = False,
     quiet: Quiet = False,
     nats_url: NatsUrl = DEFAULT_URL,
     namespace: Namespace = DEFAULT_NS,
     as_json: AsJson = False,
 ) -> None:
-    """Store a memory (a repeat of live content counts a mention instead)."""
+    """Store a memory (a repeat of live content counts a mention instead; with --key, it
+    replaces the memory holding that key)."""
     fields: dict[str, Any] = {
         "tags": tag or (),
         "importance": importance,
@@ -154,6 +194,8 @@ def add(
         "supersedes": supersedes or (),
         "title": title,
         "workspace": workspace,
+        "key": key,
+        "expected_version": expected_version,
     }
 
     async def send(bus: MemoryBus) -> AddReply | Accepted:
@@ -163,11 +205,16 @@ def add(
         return await mem.add(type, content, **fields)
 
     reply = ask(nats_url, namespace, send, as_json=as_json)
-    _print_added(reply, as_json, quiet, workflow, type)
+    _print_added(reply, as_json, quiet, workflow, type, key)
 
 
 def _print_added(
-    reply: AddReply | Accepted, as_json: bool, quiet: bool, workflow: str | None, type_: str
+    reply: AddReply | Accepted,
+    as_json: bool,
+    quiet: bool,
+    workflow: str | None,
+    type_: str,
+    key: str | None = None,
 ) -> None:
     if as_json:
         return
@@ -176,7 +223,7 @@ def _print_added(
     elif isinstance(reply, Accepted):
         out.print(accepted_line(reply))
     else:
-        for line in _added_lines(reply, workflow, type_):
+        for line in _added_lines(reply, workflow, type_, key):
             out.print(line)
 
 
@@ -197,13 +244,15 @@ def update(
     valid_until: Annotated[
         str | None, typer.Option(metavar="TIME", help="New end of validity; `open` clears it.")
     ] = None,
+    expected_version: ExpectedVersion = None,
     agent: Agent = None,
     durable: Durable = False,
     nats_url: NatsUrl = DEFAULT_URL,
     namespace: Namespace = DEFAULT_NS,
     as_json: AsJson = False,
 ) -> None:
-    """Change one memory: its content, tags, importance, TTL or validity window."""
+    """Change one memory: its content, tags, importance, TTL or validity window (with
+    --expected-version, only if nobody changed it since that version)."""
     fields: dict[str, Any] = {
         "content": content,
         "tags": tag,
@@ -211,6 +260,7 @@ def update(
         "ttl_s": ttl,
         "valid_from": _bound(valid_from, "--valid-from"),
         "valid_until": _bound(valid_until, "--valid-until"),
+        "expected_version": expected_version,
     }
 
     async def send(bus: MemoryBus) -> Any:
@@ -226,7 +276,10 @@ def update(
         out.print(accepted_line(reply))
         return
     expiry = when(reply.expires_at) if reply.expires_at else "never"
-    out.print(f"updated {shown(reply.id)} (importance {reply.importance}, expires {expiry})")
+    out.print(
+        f"updated {shown(reply.id)} (version {reply.version}, importance {reply.importance},"
+        f" expires {expiry})"
+    )
     if reply.redacted:
         out.print(f"redacted before storing: {shown(', '.join(reply.redacted))}")
 

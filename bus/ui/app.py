@@ -154,9 +154,40 @@ def _instant(request: Request, name: str) -> datetime | None:
 # ------------------------------------------------------------------- the page's own replies
 
 
-class TimelineEntry(CompactMemory, kw_only=True):
-    """A memory of a timeline as the page shows it: its compact form, and what says it
-    no longer holds (v3): `superseded_by`, and `valid_until` once passed."""
+class ListEntry(CompactMemory, kw_only=True):
+    """A memory of the list as the page shows it: its compact form, with (v4) its
+    `version` and `key` (the protocol's compact form has neither)."""
+
+    version: int = 1
+    key: str | None = None
+
+
+class MemoryPage(msgspec.Struct, kw_only=True):
+    """A page of the list: as `list`'s compact reply, of `ListEntry`s."""
+
+    count: int
+    total: int
+    memories: list[ListEntry]
+    truncated: bool = False
+
+
+def list_entry(memory: Memory) -> ListEntry:
+    return ListEntry(
+        id=memory.id,
+        type=memory.type,
+        preview=preview(memory.content),
+        tags=memory.tags,
+        importance=memory.importance,
+        workflow_id=memory.workflow_id,
+        created_at=memory.created_at,
+        version=memory.version,
+        key=memory.key,
+    )
+
+
+class TimelineEntry(ListEntry, kw_only=True):
+    """A memory of a timeline as the page shows it: its list form, and what says it no
+    longer holds (v3): `superseded_by`, and `valid_until` once passed."""
 
     superseded_by: str | None = None
     valid_from: datetime | None = None
@@ -180,6 +211,8 @@ def timeline_entry(memory: Memory) -> TimelineEntry:
         importance=memory.importance,
         workflow_id=memory.workflow_id,
         created_at=memory.created_at,
+        version=memory.version,
+        key=memory.key,
         superseded_by=memory.superseded_by,
         valid_from=memory.valid_from,
         valid_until=memory.valid_until,
@@ -216,10 +249,12 @@ async def describe(bus: MemoryBus, request: Request) -> Any:
     return await mem.describe(scope=_scope(request), workspace=_text(request, "workspace"))
 
 
-async def list_memories(bus: MemoryBus, request: Request) -> Any:
+async def list_memories(bus: MemoryBus, request: Request) -> MemoryPage:
+    """Read in full (a list counts no access), then cut to previews with each memory's
+    version and key."""
     mem = bus.agent(workflow_id=_text(request, "workflow"))
-    return await mem.list(
-        mode="compact",
+    reply = await mem.list(
+        mode="full",
         types=_many(request, "type"),
         tags=_many(request, "tag"),
         scope=_scope(request),
@@ -228,6 +263,12 @@ async def list_memories(bus: MemoryBus, request: Request) -> Any:
         include_superseded=_flag(request, "superseded"),
         workspace=_text(request, "workspace"),
         as_of=_instant(request, "as_of"),
+    )
+    return MemoryPage(
+        count=reply.count,
+        total=reply.total,
+        memories=[list_entry(memory) for memory in reply.memories],
+        truncated=reply.truncated,
     )
 
 

@@ -269,7 +269,7 @@ async def test_tail_follows_events_live_in_a_terminal_until_ctrl_c(
             await mem.delete([reply.id])
             await mem.add("decision", HOSTILE)
         screen = await _wait_for_screen(session, r"pwned")
-        assert re.search(rf"added\s+decision wf1 by alice {reply.id}\s+Ship the tail", screen)
+        assert re.search(rf"added\s+decision wf1 by alice {reply.id} v1\s+Ship the tail", screen)
         assert re.search(rf"deleted .*{reply.id}", screen)
         assert "Not in the followed workflow" not in screen
         # Stored text is shown escaped: the title is not set, the screen not cleared.

@@ -165,6 +165,83 @@ def test_delete_erase_leaves_a_tombstone_history(servers: Servers, ns: str) -> N
     assert "4711" not in json.dumps(history)
 
 
+def test_versions_and_a_stale_expected_version_is_a_conflict_naming_the_current_one(
+    servers: Servers, ns: str
+) -> None:
+    mid = js(servers, ns, "add", "decision", "Ship on Friday")["id"]
+    assert re.search(
+        rf"updated {mid} \(version 2,", out(servers, ns, "update", mid, "--importance", "0.7")
+    )
+
+    stale = run(
+        servers, ns, "update", mid, "--content", "Ship on Sunday", "--expected-version", "1", code=1
+    )
+    assert "(conflict)" in stale.stderr
+    assert f"current version: 2 of {mid}" in stale.stderr
+    assert "--expected-version 2" in stale.stderr
+    reply = js(servers, ns, "update", mid, "--content", "x", "--expected-version", "1", code=1)
+    assert (reply["code"], reply["id"], reply["current_version"]) == ("conflict", mid, 2)
+    assert js(servers, ns, "get", mid)["memories"][0]["content"] == "Ship on Friday"
+
+    done = js(servers, ns, "update", mid, "--content", "Ship on Monday", "--expected-version", "2")
+    assert done["version"] == 3
+    assert re.search(r"version\s+│ 3", out(servers, ns, "get", mid))
+    assert re.search(rf"{mid}\s+│\s+3 │", out(servers, ns, "list"))
+    run(servers, ns, "update", mid, "--importance", "0.1", "--expected-version", "-1", code=2)
+
+
+def test_keyed_add_replaces_in_place_and_get_reads_by_key(servers: Servers, ns: str) -> None:
+    first = out(servers, ns, "add", "context", "Plan: outline", "--key", "plan")
+    mid = re.search(r"^added (\S+) \(key plan, version 1,", first, re.M).group(1)  # type: ignore[union-attr]
+    second = out(servers, ns, "add", "context", "Plan: chapter one", "--key", "plan")
+    assert re.search(rf"^replaced {mid} \(key plan, version 2,", second, re.M)
+    replaced = js(servers, ns, "add", "context", "Plan: chapter two", "--key", "plan")
+    assert (replaced["id"], replaced["version"], replaced["replaced"]) == (mid, 3, True)
+
+    shown = out(servers, ns, "get", "--key", "plan")
+    assert "Plan: chapter two" in shown
+    assert re.search(r"key\s+│ plan", shown) and re.search(r"version\s+│ 3", shown)
+    listed = out(servers, ns, "list")
+    assert re.search(rf"{mid}\s+│\s+3 │ plan", listed)
+    both = js(servers, ns, "get", mid, "--key", "plan", "--key", "nothing", code=1)
+    assert both["missing_keys"] == ["nothing"] and {m["id"] for m in both["memories"]} == {mid}
+    assert (
+        "no memory holds key: nothing" in run(servers, ns, "get", "--key", "nothing", code=1).stderr
+    )
+    assert "--key" in run(servers, ns, "get", code=2).output
+
+    # Create-if-absent: the key is taken, so nothing is written and the holder is named.
+    taken = run(
+        servers,
+        ns,
+        "add",
+        "context",
+        "Plan: redo",
+        "--key",
+        "plan",
+        "--expected-version",
+        "0",
+        code=1,
+    )
+    assert "(conflict)" in taken.stderr and f"current version: 3 of {mid}" in taken.stderr
+    free = run(
+        servers,
+        ns,
+        "add",
+        "context",
+        "Budget",
+        "--key",
+        "budget",
+        "--expected-version",
+        "4",
+        code=1,
+    )
+    assert "current version: 0 (no current memory holds the key;" in free.stderr
+    assert js(servers, ns, "get", "--key", "budget", code=1)["missing_keys"] == ["budget"]
+    made = js(servers, ns, "add", "context", "Budget", "--key", "budget", "--expected-version", "0")
+    assert made["version"] == 1 and made["replaced"] is False
+
+
 def test_an_error_reply_exits_1_with_its_code_and_json_prints_it_as_it_came(
     servers: Servers, ns: str
 ) -> None:

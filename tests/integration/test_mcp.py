@@ -158,3 +158,43 @@ async def test_the_server_starts_and_answers_while_nats_is_down(mcp_client: Conn
         mistake = await tool(client, "memory_search", {"query": "x", "colour": "red"})
     assert down["code"] == "unavailable" and "Retry" in down["error"]
     assert mistake["code"] == "invalid_request" and "colour" in mistake["error"]
+
+
+async def test_keys_versions_conflicts_and_erase_pass_through_the_tools(
+    mcp_client: Connect, memory: MemoryBus
+) -> None:
+    async with mcp_client(MEMBUS_WORKFLOW_ID="wf_mcp", MEMBUS_AGENT_ID="mcp-agent") as client:
+        first = await ok(
+            client, "memory_add", {"type": "context", "content": "Plan: outline", "key": "plan"}
+        )
+        second = await ok(
+            client, "memory_add", {"type": "context", "content": "Plan: chapter 1", "key": "plan"}
+        )
+        got = await ok(client, "memory_get", {"keys": ["plan", "nothing"]})
+        updated = await ok(
+            client, "memory_update", {"id": first["id"], "importance": 0.9, "expected_version": 2}
+        )
+        stale = await tool(
+            client, "memory_update", {"id": first["id"], "content": "x", "expected_version": 2}
+        )
+        taken = await tool(
+            client,
+            "memory_add",
+            {"type": "context", "content": "Plan: redo", "key": "plan", "expected_version": 0},
+        )
+        erased = await ok(client, "memory_delete", {"ids": [first["id"]], "erase": True})
+
+    assert (first["version"], first["replaced"]) == (1, False)
+    assert (second["id"], second["version"], second["replaced"]) == (first["id"], 2, True)
+    [held] = got["memories"]
+    assert (held["id"], held["key"], held["version"]) == (first["id"], "plan", 2)
+    assert held["content"] == "Plan: chapter 1" and got["missing_keys"] == ["nothing"]
+    assert updated["version"] == 3
+    # A stale write is a tool error that tells the model where the memory is now.
+    assert (stale["code"], stale["id"], stale["current_version"]) == ("conflict", first["id"], 3)
+    assert "expected_version 3" in stale["error"]
+    assert (taken["code"], taken["id"], taken["current_version"]) == ("conflict", first["id"], 3)
+    assert erased["deleted"] == 1 and erased["erased"] == 1
+    history = await memory.agent().history(first["id"])
+    assert [e.event for e in history.entries][-1] == "erased"
+    assert "Plan" not in json.dumps([e.changes for e in history.entries], default=str)

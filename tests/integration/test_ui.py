@@ -440,6 +440,59 @@ async def test_search_and_list_read_as_of_an_instant(
         await context.close()
 
 
+async def test_memories_show_their_version_and_key(
+    bus: MemoryBus, ui: RunningUI, page: Page
+) -> None:
+    mem = bus.agent(workflow_id="wf_v4", agent_id="planner")
+    await mem.add("context", "Plan: draft the outline", key="plan")
+    keyed = await mem.add("context", "Plan: write chapter one", key="plan")
+    assert keyed.replaced and keyed.version == 2
+    plain = await mem.add("decision", "Write the book in English")
+    await mem.update(plain.id, importance=0.9, expected_version=1)
+    await mem.update(plain.id, importance=0.8, expected_version=2)
+
+    # The page's data: the list (compact previews) carries both.
+    listed = await (await page.request.get(f"{ui.url}/api/list?workflow=wf_v4")).json()
+    by_id = {m["id"]: m for m in listed["memories"]}
+    assert (by_id[keyed.id]["version"], by_id[keyed.id]["key"]) == (2, "plan")
+    assert (by_id[plain.id]["version"], by_id[plain.id]["key"]) == (3, None)
+    assert by_id[keyed.id]["preview"] == "Plan: write chapter one"
+
+    await page.goto(f"{ui.url}/?workflow=wf_v4")
+    keyed_item = item(page, "memory-list", keyed.id)
+    await expect(keyed_item.get_by_test_id("version")).to_have_text("v2")
+    await expect(keyed_item.get_by_test_id("key")).to_have_text("plan")
+    plain_item = item(page, "memory-list", plain.id)
+    await expect(plain_item.get_by_test_id("version")).to_have_text("v3")
+    await expect(plain_item.get_by_test_id("key")).to_have_count(0)
+
+    await page.get_by_test_id("search-input").fill("chapter")
+    await page.get_by_test_id("search-input").press("Enter")
+    hit = item(page, "search-results", keyed.id)
+    await expect(hit.get_by_test_id("key")).to_have_text("plan")
+    await expect(hit.get_by_test_id("version")).to_have_text("v2")
+
+    await keyed_item.click()
+    detail = page.get_by_test_id("detail")
+    await expect(detail.get_by_test_id("detail-id")).to_have_text(keyed.id)
+    await expect(detail.get_by_test_id("detail-key")).to_have_text("plan")
+    await expect(detail.get_by_test_id("detail-version")).to_have_text("2")
+    anchor = detail.locator('[data-testid="timeline-item"][aria-current="true"]')
+    await expect(anchor.get_by_test_id("version")).to_have_text("v2")
+    await expect(detail.get_by_test_id("history-entry")).to_have_count(2)
+
+    await plain_item.click()
+    await expect(detail.get_by_test_id("detail-version")).to_have_text("3")
+    await expect(detail.get_by_test_id("detail-key")).to_have_count(0)
+
+    # A live event says the version the write left.
+    await wait_live(page)
+    await mem.add("context", "Plan: write chapter two", key="plan")
+    event = page.get_by_test_id("events").get_by_test_id("event").first
+    await expect(event).to_have_attribute("data-id", keyed.id)
+    await expect(event.get_by_test_id("version")).to_have_text("v3")
+
+
 async def test_errors_are_json_and_the_page_shows_them(
     bus: MemoryBus, ui: RunningUI, page: Page
 ) -> None:

@@ -63,6 +63,28 @@ def test_the_error_shape_lists_every_code_with_its_meaning() -> None:
         assert f"- `{code}` ({status}): " in schemas["ErrorCode"]["description"]
 
 
+def test_a_version_conflicts_reply_names_the_memory_and_its_current_version() -> None:
+    schemas = asyncapi.document()["components"]["schemas"]
+    reply = schemas["ErrorReply"]["properties"]
+    assert reply["id"]["type"] == "string" and "conflict" in reply["id"]["description"]
+    assert reply["current_version"]["type"] == "integer"
+    assert "`expected_version`" in reply["current_version"]["description"]
+    conflict = next(
+        line for line in schemas["ErrorCode"]["description"].splitlines() if "`conflict`" in line
+    )
+    assert "current_version" in conflict
+    # The write requests that take it, and the replies and records that report it.
+    for name in ("AddRequest", "UpdateRequest", "ApplyUpdate", "ApplySupersede", "ApplyDelete"):
+        assert "expected_version" in schemas[name]["properties"], name
+    for name in ("AddReply", "UpdateReply", "Memory", "Event"):
+        assert "version" in schemas[name]["properties"], name
+    assert {"key", "expected_version"} <= set(schemas["AddRequest"]["properties"])
+    assert "replaced" in schemas["AddReply"]["properties"]
+    assert "keys" in schemas["GetRequest"]["properties"]
+    assert "missing_keys" in schemas["GetReply"]["properties"]
+    assert "erase" in schemas["DeleteRequest"]["properties"]
+
+
 def test_schemas_use_ecmascript_patterns_and_mark_times() -> None:
     text = json.dumps(asyncapi.schemas())
     assert "\\\\Z" not in text and "discriminator" not in text

@@ -190,6 +190,22 @@
 
   const tagList = (tags) => (tags.length ? el("span", { className: "tags" }, tagChips(tags)) : null);
 
+  // v4: a memory's version (1 when added, +1 on each write) and the key a keyed add named
+  // it with (none for most).
+  function versionBadge(version) {
+    if (version === undefined || version === null) return null;
+    return el(
+      "span",
+      { className: "badge version", title: `version ${version}`, dataset: { testid: "version" } },
+      `v${version}`,
+    );
+  }
+
+  function keyChip(key) {
+    if (!key) return null;
+    return el("span", { className: "key mono", title: "key", dataset: { testid: "key" } }, key);
+  }
+
   // One memory in a list: compact (`preview`) or full (`content`), with a score in search.
   function memoryItem(m, opts) {
     rememberWorkflow(m.workflow_id);
@@ -218,6 +234,8 @@
         "div",
         { className: "memory-meta" },
         standingBadge(m),
+        versionBadge(m.version),
+        keyChip(m.key),
         where(m.workflow_id),
         m.agent_id ? el("span", { className: "agent" }, m.agent_id) : null,
         tagChips(m.tags),
@@ -467,6 +485,8 @@
     if (view.selected !== id) return; // another memory was picked meanwhile
     rememberWorkflow(m.workflow_id);
     const dl = el("dl", { className: "fields" });
+    field(dl, "Key", m.key ? el("span", { className: "mono", dataset: { testid: "detail-key" } }, m.key) : null);
+    field(dl, "Version", el("span", { dataset: { testid: "detail-version" } }, String(m.version)));
     field(dl, "Workflow", m.workflow_id || "general");
     field(dl, "Agent", m.agent_id);
     field(dl, "Workspace", m.workspace);
@@ -566,6 +586,7 @@
             },
             el("span", { className: "when", title: fmt(c.created_at) }, compact(c.created_at)),
             typeBadge(c.type),
+            versionBadge(c.version),
             el("span", { className: "tl-text" }, standingBadge(c), state ? " " : null, c.preview),
           ),
         );
@@ -748,6 +769,7 @@
           el("span", { className: "when", title: ev.at }, clockTime.format(new Date(ev.at))),
           el("span", { className: "badge action", dataset: { action: ev.action } }, ev.action),
           typeBadge(ev.type),
+          versionBadge(ev.version),
           where(ev.workflow_id),
           ev.agent_id ? el("span", { className: "agent" }, ev.agent_id) : null,
         ),

@@ -58,6 +58,7 @@ import type {
   DurableOperationName,
   Event,
   GetReply,
+  GetRequest,
   HistoryReply,
   ListReply,
   ListRequest,
@@ -166,6 +167,8 @@ export type AddOptions = Omit<AddRequest, Identity> & DurableOption;
 export type DeleteOptions = DurableOption & { erase?: boolean };
 export type UpdateOptions = Omit<UpdateRequest, Identity> & DurableOption;
 export type CaptureOptions = Omit<CaptureRequest, Identity> & DurableOption;
+/** `get`'s options beside its ids: (v4) `keys`, names given by keyed adds. */
+export type GetOptions = Pick<GetRequest, "keys">;
 export type SearchOptions = Omit<SearchRequest, Identity>;
 export type DescribeOptions = Omit<DescribeRequest, Identity>;
 export type ListOptions = Omit<ListRequest, Identity>;
@@ -310,7 +313,12 @@ export class MemoryBus {
     }
     if (!isObj(reply) || reply.success !== true) {
       const envelope = isObj(reply) ? reply : {};
-      throw errorFor(String(envelope.code ?? "internal"), String(envelope.error ?? ""));
+      // v4: a `conflict` over a memory's version names it and its version now.
+      const details = {
+        ...(typeof envelope.id === "string" && { id: envelope.id }),
+        ...(typeof envelope.current_version === "number" && { currentVersion: envelope.current_version }),
+      };
+      throw errorFor(String(envelope.code ?? "internal"), String(envelope.error ?? ""), details);
     }
     return fromWire(reply, replySpec(name)) as Operations[O]["reply"];
   }
@@ -507,7 +515,10 @@ export class AgentMemory {
   }
 
   /** Store a memory. A repeat of live content (same type and scope) is not stored twice:
-   * the reply's `duplicateOf` names the memory whose `mentionCount` went up. With
+   * the reply's `duplicateOf` names the memory whose `mentionCount` went up. (v4) `key`
+   * names it: an add with a key that a current memory of the store holds replaces that
+   * memory in place (same id, `version` + 1, reply `replaced: true`); `expectedVersion`
+   * makes it conditional (0: only if no memory holds the key yet), else `Conflict`. With
    * `durable: true` it goes through JetStream and resolves to `Accepted`. */
   add(options: AddOptions & { durable: true }): Promise<Accepted>;
   add(options: AddOptions & { durable?: false }): Promise<AddReply>;
@@ -517,7 +528,9 @@ export class AgentMemory {
   }
 
   /** Change one memory; `ttlS: 0` makes it permanent; `validUntil: null` opens that bound.
-   * An unknown id is `NotFound` (durably: a `rejected` event). */
+   * An unknown id is `NotFound` (durably: a `rejected` event). With `expectedVersion`
+   * (v4), only if the memory is still at that version, else `Conflict` (its
+   * `currentVersion` says where it is now). */
   update(options: UpdateOptions & { durable: true }): Promise<Accepted>;
   update(options: UpdateOptions & { durable?: false }): Promise<UpdateReply>;
   update(options: UpdateOptions): Promise<UpdateReply | Accepted>;
@@ -562,9 +575,14 @@ export class AgentMemory {
     return this.request("list", options);
   }
 
-  /** Memories by id, in request order; ids not found come back in `missing`. */
-  get(ids: string | string[]): Promise<GetReply> {
-    return this.request("get", { ids: typeof ids === "string" ? [ids] : ids });
+  /** Memories by id, in request order, then (v4) by key: ids not found come back in
+   * `missing`, keys no current memory holds in `missingKeys`. */
+  get(ids?: string | string[] | null, options: GetOptions = {}): Promise<GetReply> {
+    const body = {
+      ...(ids !== undefined && ids !== null && { ids: typeof ids === "string" ? [ids] : ids }),
+      ...(options.keys !== undefined && options.keys !== null && { keys: options.keys }),
+    };
+    return this.request("get", body);
   }
 
   /** Before a model turn: the memories to put in the prompt (`reply.block` is ready text),
@@ -606,7 +624,8 @@ export class AgentMemory {
   }
 
   /** Several writes at once, all or none (`{ action: "add" | "update" | "supersede" |
-   * "delete", ... }`). */
+   * "delete", ... }`); an update, supersede or delete with `expectedVersion` (v4) applies
+   * only at that version, else the whole batch is `Conflict`. */
   apply(actions: ApplyAction[]): Promise<ApplyReply> {
     return this.request("apply", { actions });
   }

@@ -3,6 +3,12 @@
 
 import type { ErrorCode } from "./types.js";
 
+/** What an error reply carries beside `code` and `error` (v4: a `conflict`'s memory). */
+export interface ErrorDetails {
+  id?: string;
+  currentVersion?: number;
+}
+
 /** A memory operation failed; `code` is the protocol's error code (or `timeout`). */
 export class BusError extends Error {
   readonly code: ErrorCode | "timeout" | (string & {});
@@ -26,9 +32,18 @@ export class NotFound extends BusError {
   }
 }
 
+/** A unique name already taken, or (v4) a write that lost a race: its `expectedVersion` no
+ * longer held, it superseded a memory superseded already, or its `apply` met another on one
+ * memory. Then `id` names the memory and `currentVersion` its version now (0: no current
+ * memory holds the add's key); re-read it and decide again. */
 export class Conflict extends BusError {
-  constructor(message: string) {
+  readonly id: string | undefined;
+  readonly currentVersion: number | undefined;
+
+  constructor(message: string, details: ErrorDetails = {}) {
     super(message, "conflict");
+    this.id = details.id;
+    this.currentVersion = details.currentVersion;
   }
 }
 
@@ -64,7 +79,9 @@ export class BusTimeout extends BusError {
   }
 }
 
-const BY_CODE: Record<ErrorCode, new (message: string) => BusError> = {
+type ErrorClass = new (message: string, details?: ErrorDetails) => BusError;
+
+const BY_CODE: Record<ErrorCode, ErrorClass> = {
   invalid_request: InvalidRequest,
   not_found: NotFound,
   conflict: Conflict,
@@ -75,7 +92,7 @@ const BY_CODE: Record<ErrorCode, new (message: string) => BusError> = {
 };
 
 /** The error of an error reply; an unknown code (a newer server's) is still a BusError. */
-export function errorFor(code: string, message: string): BusError {
-  const cls = (BY_CODE as Record<string, new (message: string) => BusError>)[code];
-  return cls !== undefined ? new cls(message) : new BusError(message, code);
+export function errorFor(code: string, message: string, details: ErrorDetails = {}): BusError {
+  const cls = (BY_CODE as Record<string, ErrorClass>)[code];
+  return cls !== undefined ? new cls(message, details) : new BusError(message, code);
 }

@@ -19,6 +19,7 @@ export {
   type DescribeOptions,
   type DeleteOptions,
   type DurableOption,
+  type GetOptions,
   type ListOptions,
   type PeopleOptions,
   type RecallOptions,
@@ -38,6 +39,7 @@ export {
   TooLarge,
   Unavailable,
   errorFor,
+  type ErrorDetails,
 } from "./errors.js";
 export { DURABLE_STREAM, ERROR_CODES, OPERATIONS, TRUST_LEVELS, type Trust } from "./protocol.js";
 export { fromWire, toWire } from "./wire.js";

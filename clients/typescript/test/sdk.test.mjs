@@ -12,6 +12,7 @@ import { after, before, describe, test } from "node:test";
 import {
   BusError,
   BusTimeout,
+  Conflict,
   Forbidden,
   InvalidRequest,
   MemoryBus,
@@ -244,6 +245,76 @@ describe("errors", LIMIT, () => {
       (err) => err.code === "unavailable" && err.message.includes(`127.0.0.1:${port}`),
     );
     assert.ok(Date.now() - started >= 300);
+  });
+});
+
+describe("versions, conditional writes and keys (v4)", LIMIT, () => {
+  test("an update at a stale expectedVersion is Conflict with the memory's current version", async () => {
+    const bus = await connect();
+    const alice = bus.agent({ workflowId: "wf_v", agentId: "alice" });
+    const bob = bus.agent({ workflowId: "wf_v", agentId: "bob" });
+
+    const added = await alice.add({ type: "decision", content: "The launch is on Friday" });
+    assert.equal(added.version, 1);
+    const read = (await alice.get(added.id)).memories[0];
+    assert.equal(read.version, 1);
+    assert.equal(read.key, null);
+
+    // Both read version 1; Bob writes first, so Alice's write at version 1 must fail.
+    const bobs = await bob.update({ id: added.id, content: "The launch is on Monday", expectedVersion: 1 });
+    assert.equal(bobs.version, 2);
+    const lost = await alice.update({ id: added.id, content: "The launch is on Sunday", expectedVersion: 1 }).then(
+      () => assert.fail("a write at a stale version was applied"),
+      (err) => err,
+    );
+    assert.ok(lost instanceof Conflict && lost instanceof BusError);
+    assert.equal(lost.code, "conflict");
+    assert.equal(lost.id, added.id);
+    assert.equal(lost.currentVersion, 2);
+    assert.equal((await alice.get(added.id)).memories[0].content, "The launch is on Monday");
+
+    // The same through apply: the batch is refused whole, nothing written.
+    await assert.rejects(
+      alice.apply([
+        { action: "add", type: "knowledge", content: "Written only with the update" },
+        { action: "update", id: added.id, importance: 0.1, expectedVersion: 1 },
+      ]),
+      (err) => err instanceof Conflict && err.id === added.id && err.currentVersion === 2,
+    );
+    assert.equal((await alice.describe()).total, 1);
+    const applied = await alice.apply([{ action: "update", id: added.id, importance: 0.1, expectedVersion: 2 }]);
+    assert.equal(applied.results[0].id, added.id);
+    assert.equal((await alice.get(added.id)).memories[0].version, 3);
+  });
+
+  test("a keyed add replaces the memory holding its key; get reads by keys", async () => {
+    const bus = await connect();
+    const mem = bus.agent({ workflowId: "wf_k", agentId: "planner" });
+
+    const first = await mem.add({ type: "context", content: "Plan: draft the outline", key: "plan" });
+    assert.deepEqual([first.version, first.replaced], [1, false]);
+    const second = await mem.add({ type: "context", content: "Plan: write chapter one", key: "plan" });
+    assert.equal(second.id, first.id);
+    assert.deepEqual([second.version, second.replaced], [2, true]);
+
+    const got = await mem.get(null, { keys: ["plan", "no-such-key"] });
+    assert.deepEqual(got.memories.map((m) => [m.id, m.key, m.version, m.content]), [
+      [first.id, "plan", 2, "Plan: write chapter one"],
+    ]);
+    assert.deepEqual(got.missingKeys, ["no-such-key"]);
+    assert.deepEqual(got.missing, []);
+    const both = await mem.get(first.id, { keys: ["plan"] });
+    assert.ok(both.memories.every((m) => m.id === first.id));
+    assert.deepEqual((await mem.history(first.id)).entries.map((e) => e.event), ["added", "updated"]);
+
+    // Create-if-absent: the key is held, so expectedVersion 0 is a conflict naming its holder.
+    await assert.rejects(
+      mem.add({ type: "context", content: "Plan: start over", key: "plan", expectedVersion: 0 }),
+      (err) => err instanceof Conflict && err.id === first.id && err.currentVersion === 2,
+    );
+    const fresh = await mem.add({ type: "context", content: "Budget: 300 EUR", key: "budget", expectedVersion: 0 });
+    assert.deepEqual([fresh.version, fresh.replaced], [1, false]);
+    assert.notEqual(fresh.id, first.id);
   });
 });
 

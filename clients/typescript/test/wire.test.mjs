@@ -4,7 +4,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { fromWire, toWire } from "../dist/index.js";
+import { BusError, Conflict, NotFound, errorFor, fromWire, toWire } from "../dist/index.js";
 
 test("a request's fields go snake_case; free JSON, dates and unknown fields as documented", () => {
   const wire = toWire(
@@ -94,4 +94,25 @@ test("a reply that is one of several structs is read by its tag", () => {
   const body = { success: true, count: 1, total: 1, memories: [{ id: "a", type: "t", preview: "p", created_at: "x", workflow_id: null }] };
   const compact = fromWire({ ...body, mode: "compact" }, ["u", ["ListReply", "CompactListReply"]]);
   assert.deepEqual(compact.memories, [{ id: "a", type: "t", preview: "p", createdAt: "x", workflowId: null, tags: [], importance: 0 }]);
+});
+
+test("v4 fields go snake_case, in apply's actions too; a conflict's error carries its memory", () => {
+  assert.deepEqual(toWire({ id: "a", content: "x", expectedVersion: 0 }, "UpdateRequest"), { id: "a", content: "x", expected_version: 0 });
+  assert.deepEqual(toWire({ type: "fact", content: "x", key: "k", expectedVersion: 3 }, "AddRequest"), {
+    type: "fact",
+    content: "x",
+    key: "k",
+    expected_version: 3,
+  });
+  const apply = toWire({ actions: [{ action: "delete", id: "a", expectedVersion: 2 }] }, "ApplyRequest");
+  assert.deepEqual(apply.actions, [{ action: "delete", id: "a", expected_version: 2 }]);
+  const got = fromWire({ success: true, memories: [], missing: [], missing_keys: ["k"] }, "GetReply");
+  assert.deepEqual(got.missingKeys, ["k"]);
+
+  const conflict = errorFor("conflict", "memory a is at version 4", { id: "a", currentVersion: 4 });
+  assert.ok(conflict instanceof Conflict && conflict instanceof BusError);
+  assert.deepEqual([conflict.code, conflict.id, conflict.currentVersion], ["conflict", "a", 4]);
+  const plain = errorFor("conflict", "name taken");
+  assert.deepEqual([plain.id, plain.currentVersion], [undefined, undefined]);
+  assert.ok(errorFor("not_found", "no such memory", { id: "a" }) instanceof NotFound);
 });
