@@ -60,6 +60,12 @@ _FORM_ESCAPER = TokenEscaper()
 # The text fields as one field set: a word's index entry across them is one iterator.
 _TEXT_FIELD_SET = "|".join(TEXT_FIELDS)
 _FORM_RE = re.compile(r"^\s*@[^:\s]+:(\S+?)(?:\(expanded\))?\s*$")
+# A filter's general memories, `@general:{1}`, read as those not in a workflow,
+# `-@general:{0}`: the same memories (every record holds its general tag, "1" or "0"), but
+# RediSearch scans a tag's list in each word's clause, and the workflow memories' list is the
+# shorter (docs/benchmarks.md, "Why the text query is shaped so").
+_GENERAL_RE = re.compile(r"(?<![-\w])@general:\{1\}")
+_NOT_WORKFLOW = "-@general:{0}"
 
 
 def word_forms(explained: str, word: str) -> list[str]:
@@ -120,7 +126,7 @@ def text_match(
     # memories: RediSearch drops the weight from a filter that comes down to one tag (the
     # general scope, a scope whose workflow has no memories, a `types` filter), which then
     # lifted shorter memories. The same documents, at the same cost (measured at 100k).
-    flt = "" if flt == "*" else f" -(-({flt}))"
+    flt = "" if flt == "*" else f" -(-({_GENERAL_RE.sub(_NOT_WORKFLOW, flt)}))"
     if pool is not None:
         # A pooled namespace's own memories (`Namespace.mine_for_text`): numeric ranges,
         # which add nothing to BM25.
