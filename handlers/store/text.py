@@ -162,12 +162,19 @@ _LIVE = "live total"
 MATCH_ALL = FilterExpression("*")
 
 
-def _bm25(space: Namespace, forms: list[str], where: FilterExpression, current: bool) -> Query:
+def _bm25(
+    space: Namespace,
+    forms: list[str],
+    where: FilterExpression,
+    current: bool,
+    scores: bool = True,
+) -> Query:
     """The full-text query of the index terms `forms` in the namespace, scored by BM25
     (`text_match`): one shape for reading the best matches and for scoring given memories,
-    so that a memory scores the same in both."""
-    q = Query(text_match(forms, where, current, space.mine_for_text))
-    return q.verbatim().scorer("BM25STD").with_scores().dialect(2)
+    so that a memory scores the same in both. `scores`: with the scores in the reply."""
+    q = Query(text_match(forms, where, current, space.mine_for_text)).verbatim()
+    q = q.scorer("BM25STD")
+    return (q.with_scores() if scores else q).dialect(2)
 
 
 def scores_of(ns: str, found: Found) -> dict[str, float]:
@@ -283,13 +290,15 @@ class Text:
         page decodes as `Candidate`s. `finding`: the query only finds candidates that
         `scores_search` scores afterwards, so it reads each word's first form alone (the one
         holding the word itself, `word_forms`): less Redis time, the same memories found
-        (docs/benchmarks.md, "Why the text query is shaped so")."""
+        (docs/benchmarks.md, "Why the text query is shaped so"), and without their scores,
+        which that scoring replaces."""
 
         async def query(space: Namespace) -> Query:
-            q = _bm25(space, await self._word_forms(space, terms, finding), where, current)
+            forms = await self._word_forms(space, terms, finding)
+            q = _bm25(space, forms, where, current, scores=not finding)
             return q.return_fields(*CANDIDATE_FIELDS).paging(0, k)
 
-        return Search(query, with_scores=True)
+        return Search(query, with_scores=not finding)
 
     def scores_search(
         self, ns: str, terms: list[str], among: list[str], current: bool = False
