@@ -76,21 +76,26 @@ local out = {}
 local now = tonumber(ARGV[1])
 local fields = {}
 for j = 6, #ARGV do fields[#fields + 1] = ARGV[j] end
+local n = #fields
+-- An access reads whether the memory is forgotten when idle with its fields: keep_alive's
+-- own read is then for such memories only.
+local touched = ARGV[2] ~= '0'
+if touched then fields[n + 1] = '$idle_ttl_s' end
 for i = 1, #KEYS, 2 do
   local rec, acc = KEYS[i], KEYS[i + 1]
   local vals = redis.call('HMGET', rec, unpack(fields))
   if vals[1] and tonumber(vals[1]) > now then
     local old = redis.call('HMGET', acc, 'access_count', 'last_accessed_at')
-    if ARGV[2] ~= '0' then keep_alive(rec, acc, now, ARGV[3], ARGV[4], ARGV[5]) end
+    if touched and vals[n + 1] then keep_alive(rec, acc, now, ARGV[3], ARGV[4], ARGV[5]) end
     if ARGV[2] == '1' then
-      redis.call('HINCRBY', acc, 'access_count', 1)
-      redis.call('HSET', acc, 'last_accessed_at', ARGV[1])
+      redis.call('HSET', acc, 'access_count', (tonumber(old[1]) or 0) + 1,
+        'last_accessed_at', ARGV[1])
       local t = redis.call('PEXPIRETIME', rec)
       if t > 0 then redis.call('PEXPIREAT', acc, t) end
     end
-    vals[#fields + 1] = old[1]
-    vals[#fields + 2] = old[2]
-    vals[#fields + 3] = redis.call('PEXPIRETIME', rec)
+    vals[n + 1] = old[1]
+    vals[n + 2] = old[2]
+    vals[n + 3] = redis.call('PEXPIRETIME', rec)
     out[#out + 1] = vals
   else
     out[#out + 1] = false

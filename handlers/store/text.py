@@ -61,6 +61,12 @@ _FORM_ESCAPER = TokenEscaper()
 # The text fields as one field set: a word's index entry across them is one iterator.
 _TEXT_FIELD_SET = "|".join(TEXT_FIELDS)
 _FORM_RE = re.compile(r"^\s*@[^:\s]+:(\S+?)(?:\(expanded\))?\s*$")
+# A filter's general memories, `@general:{1}`, read as those not in a workflow,
+# `-@general:{0}`: the same memories (every record holds its general tag, "1" or "0"), but
+# RediSearch scans a tag's list in each word's clause, and the workflow memories' list is the
+# shorter (docs/benchmarks.md, "Why the text query is shaped so").
+_GENERAL_RE = re.compile(r"(?<![-\w])@general:\{1\}")
+_NOT_WORKFLOW = "-@general:{0}"
 
 
 def word_forms(explained: str, word: str) -> list[str]:
@@ -121,7 +127,7 @@ def text_match(
     # memories: RediSearch drops the weight from a filter that comes down to one tag (the
     # general scope, a scope whose workflow has no memories, a `types` filter), which then
     # lifted shorter memories. The same documents, at the same cost (measured at 100k).
-    flt = "" if flt == "*" else f" -(-({flt}))"
+    flt = "" if flt == "*" else f" -(-({_GENERAL_RE.sub(_NOT_WORKFLOW, flt)}))"
     if pool is not None:
         # A pooled namespace's own memories (`Namespace.mine_for_text`): numeric ranges,
         # which add nothing to BM25.
@@ -165,12 +171,19 @@ _LIVE = "live total"
 MATCH_ALL = FilterExpression("*")
 
 
-def _bm25(space: Namespace, forms: list[str], where: FilterExpression, current: bool) -> Query:
+def _bm25(
+    space: Namespace,
+    forms: list[str],
+    where: FilterExpression,
+    current: bool,
+    scores: bool = True,
+) -> Query:
     """The full-text query of the index terms `forms` in the namespace, scored by BM25
     (`text_match`): one shape for reading the best matches and for scoring given memories,
-    so that a memory scores the same in both."""
-    q = Query(text_match(forms, where, current, space.mine_for_text))
-    return q.verbatim().scorer("BM25STD").with_scores().dialect(2)
+    so that a memory scores the same in both. `scores`: with the scores in the reply."""
+    q = Query(text_match(forms, where, current, space.mine_for_text)).verbatim()
+    q = q.scorer("BM25STD")
+    return (q.with_scores() if scores else q).dialect(2)
 
 
 def scores_of(ns: str, found: Found) -> dict[str, float]:
@@ -288,13 +301,15 @@ class Text:
         page decodes as `Candidate`s. `finding`: the query only finds candidates that
         `scores_search` scores afterwards, so it reads each word's first form alone (the one
         holding the word itself, `word_forms`): less Redis time, the same memories found
-        (docs/benchmarks.md, "Why the text query is shaped so")."""
+        (docs/benchmarks.md, "Why the text query is shaped so"), and without their scores,
+        which that scoring replaces."""
 
         async def query(space: Namespace) -> Query:
-            q = _bm25(space, await self._word_forms(space, terms, finding), where, current)
+            forms = await self._word_forms(space, terms, finding)
+            q = _bm25(space, forms, where, current, scores=not finding)
             return q.return_fields(*CANDIDATE_FIELDS).paging(0, k)
 
-        return Search(query, with_scores=True)
+        return Search(query, with_scores=not finding)
 
     def scores_search(
         self, ns: str, terms: list[str], among: list[str], current: bool = False

@@ -208,12 +208,14 @@ def test_text_match_intersects_each_form_with_the_filter_on_its_own() -> None:
     query = text_match(["zebra", "+zebr", "quokka"], Tag("general") == "1")
 
     # The filter as a double negation, which adds nothing to BM25 (a lone tag at weight 0
-    # did).
+    # did); the general memories as those outside any workflow (the shorter tag list).
     assert query == (
-        "(@content|tagtext:zebra -(-(@general:{1})))"
-        " | (@content|tagtext:\\+zebr -(-(@general:{1})))"
-        " | (@content|tagtext:quokka -(-(@general:{1})))"
+        "(@content|tagtext:zebra -(-(-@general:{0})))"
+        " | (@content|tagtext:\\+zebr -(-(-@general:{0})))"
+        " | (@content|tagtext:quokka -(-(-@general:{0})))"
     )
+    scoped = text_match(["zebra"], (Tag("wf") == "w1") | (Tag("general") == "1"))
+    assert scoped == "(@content|tagtext:zebra -(-((@wf:{w1} | -@general:{0}))))"
 
 
 def test_a_words_forms_are_read_from_ft_explain() -> None:
@@ -242,7 +244,7 @@ def test_text_match_puts_every_condition_in_each_clause_and_nothing_around_the_o
     pool = "-@pool:[-inf (3] -@pool:[(3 +inf]"
     query = text_match(["zebra", "quokka"], Tag("general") == "1", current=True, pool=pool)
 
-    rest = f"-(-(@general:{{1}})) {pool} (-@superseded:{{1}})"
+    rest = f"-(-(-@general:{{0}})) {pool} (-@superseded:{{1}})"
     assert query == f"(@content|tagtext:zebra {rest}) | (@content|tagtext:quokka {rest})"
 
 
