@@ -53,11 +53,10 @@ class Sought:
 
     def in_body(self, data: bytes) -> bool:
         try:
-            strings = list(_strings(msgspec.json.decode(data)))
+            found = list(strings(msgspec.json.decode(data)))
         except (msgspec.DecodeError, RecursionError):
-            body = data.decode("utf-8", "replace")
-            strings = [body]
-        for s in strings:
+            found = [data.decode("utf-8", "replace")]
+        for s in found:
             if s in self.ids or s in self.texts:
                 return True
             if any(len(t) >= MIN_CONTAINED and t in s for t in self.texts):
@@ -67,15 +66,16 @@ class Sought:
         return False
 
 
-def _strings(value: Any) -> Iterable[str]:
+def strings(value: Any) -> Iterable[str]:
+    """Every string inside a decoded JSON value."""
     if isinstance(value, str):
         yield value
     elif isinstance(value, dict):
         for v in value.values():
-            yield from _strings(v)
+            yield from strings(v)
     elif isinstance(value, list):
         for v in value:
-            yield from _strings(v)
+            yield from strings(v)
 
 
 def _tokens_overlap(a: list[str], b: list[str]) -> bool:

@@ -204,15 +204,7 @@ class Timeline(msgspec.Struct, kw_only=True):
 
 def timeline_entry(memory: Memory) -> TimelineEntry:
     return TimelineEntry(
-        id=memory.id,
-        type=memory.type,
-        preview=preview(memory.content),
-        tags=memory.tags,
-        importance=memory.importance,
-        workflow_id=memory.workflow_id,
-        created_at=memory.created_at,
-        version=memory.version,
-        key=memory.key,
+        **msgspec.structs.asdict(list_entry(memory)),
         superseded_by=memory.superseded_by,
         valid_from=memory.valid_from,
         valid_until=memory.valid_until,

@@ -12,8 +12,6 @@ left of it (its history, its stream messages) is erased too.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 import msgspec
 import structlog
 
@@ -30,7 +28,7 @@ from handlers.store.erasure import Erased
 from handlers.store.keys import EMBED_CACHE
 from handlers.store.record import Entry, Record
 from handlers.store.writes import Immutable
-from handlers.streams import Sought
+from handlers.streams import Sought, strings
 
 log = structlog.get_logger("membus.operations")
 
@@ -44,30 +42,19 @@ def check_may_erase(deps: Deps) -> None:
         )
 
 
-def _metadata_strings(raw: str | None) -> list[str]:
+def _metadatastrings(raw: str | None) -> list[str]:
     if not raw:
         return []
     try:
-        return list(_strings(msgspec.json.decode(raw)))
+        return list(strings(msgspec.json.decode(raw)))
     except msgspec.DecodeError:
         return [raw]
-
-
-def _strings(value: object) -> Iterable[str]:
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for v in value.values():
-            yield from _strings(v)
-    elif isinstance(value, list):
-        for v in value:
-            yield from _strings(v)
 
 
 def record_texts(rec: Record) -> list[str]:
     """Every text of a memory that erasure takes away (PROTOCOL v4: content, title, facts,
     narrative, metadata strings, source)."""
-    texts = [rec.content, *rec.facts, *_metadata_strings(rec.metadata)]
+    texts = [rec.content, *rec.facts, *_metadatastrings(rec.metadata)]
     texts += [t for t in (rec.title, rec.narrative, rec.source) if t]
     return [t for t in texts if t]
 
