@@ -189,6 +189,7 @@ async def _mixed_run(bus: MemoryBus, seed: int) -> None:
     async def agent_run(i: int) -> None:
         mem = bus.agent(workflow_id=f"wf_{i % 3}", agent_id=f"a{i}")
         mine: list[str] = []
+        current: list[str] = []  # those of `mine` not superseded
         for j in range(30):
             roll = rng.random()
             if roll < 0.55 or not mine:
@@ -200,9 +201,12 @@ async def _mixed_run(bus: MemoryBus, seed: int) -> None:
                     ttl_s=rng.choice([None, None, 1, 2]),
                     workspace=rng.choice([None, "A", "B"]),
                     store=rng.choice(STORES),
-                    supersedes=[mine[-1]] if mine and rng.random() < 0.2 else [],
+                    supersedes=[current[-1]] if current and rng.random() < 0.2 else [],
                 )
                 mine.append(added.id)
+                # v4: a memory is superseded once (again is a conflict); it is still updated
+                # and deleted below.
+                current = [m for m in current if m not in added.superseded] + [added.id]
             elif roll < 0.75:
                 with contextlib.suppress(NotFound):  # expired meanwhile
                     await mem.update(
@@ -211,7 +215,9 @@ async def _mixed_run(bus: MemoryBus, seed: int) -> None:
                         ttl_s=rng.choice([None, 0, 1, 3]),
                     )
             else:
-                await mem.delete([mine.pop(rng.randrange(len(mine)))])
+                gone = mine.pop(rng.randrange(len(mine)))
+                await mem.delete([gone])
+                current = [m for m in current if m != gone]
 
     await asyncio.gather(*(agent_run(i) for i in range(8)))
 
