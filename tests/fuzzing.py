@@ -52,7 +52,7 @@ from contracts.subjects import (
     request_subject,
 )
 from contracts.types import DEFAULT_TYPES, STATE_TYPE
-from handlers.dispatch import dispatch
+from handlers.dispatch import dispatch, nesting_depth
 from handlers.ops import Deps
 from handlers.ops.deps import DurableWrite
 
@@ -806,7 +806,6 @@ def _tame(memory: dict[str, Any], new_id: str) -> None:
     """Keep of a drawn import memory only the fields an import accepts each on its own (the
     contract, then the checks an add makes), over a valid id, type, content and time: what
     is left is accepted, drawn values and all."""
-    from handlers.dispatch import nesting_depth
     from handlers.errors import HandlerError
     from handlers.ops.checks import check_content, check_metadata, check_narrative, check_no_nul
 
@@ -833,7 +832,9 @@ def _tame(memory: dict[str, Any], new_id: str) -> None:
             continue  # a vector would need the namespace's dimension
         if name == "metadata":
             try:
-                deep = nesting_depth(msgspec.json.encode(value)) > 8
+                # As sent: a drawn value may hold raw JSON text (`Raw`), which
+                # msgspec would encode as a string.
+                deep = nesting_depth(encode(value)) > 8
             except UnicodeEncodeError:
                 continue  # a lone surrogate: no JSON text can carry it
             if deep:
