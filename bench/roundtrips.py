@@ -13,9 +13,10 @@ trip (scripts by the store attribute that holds them).
 
 Two namespaces of 30 corpus memories (bench/corpus.py): one with its own index (made with
 MEMBUS_POOL_MAX=0, as a namespace past the pool size has) and one in a pool (the default for a
-new namespace); and one of 2,000 with its own index, past MEMBUS_TEXT_READ_DOCS_MIN (1,000),
-where a hybrid search reads its rarer words only and scores the rest among the candidates.
-All served by a handler with the default settings, caches warm.
+new namespace); and one of 2,000 with its own index, past MEMBUS_TEXT_READ_DOCS_MIN, where a
+hybrid search reads its rarer words only and scores the rest among the candidates. At the
+default of 1,000, no word of this corpus holds so many of 2,000 memories, so the handler
+serves with `--docs-min` (100; the default settings otherwise), caches warm.
 
     .venv/bin/python bench/roundtrips.py [--requests 20] [--memories 30] [--embedder hash]
         [--json out.json]
@@ -63,6 +64,7 @@ from handlers.logs import configure_logging
 from handlers.ops import Deps
 from handlers.service import make_deps, make_embedder, redis_client
 from handlers.settings import load_settings
+from handlers.store.pick import PICK_SHA
 
 T = TypeVar("T")
 NEW_QUERIES = "search hybrid, new queries, from a workflow"
@@ -176,6 +178,7 @@ class RoundTrips:
                     self.scripts.setdefault(value.sha, f"{type(obj).__name__}.{attr}")
                 elif type(value).__module__.startswith("handlers."):
                     todo.append((value, level + 1))
+        self.scripts.setdefault(PICK_SHA, "pick (scores among candidates, records)")
         # Scripts held elsewhere (a module's own): named by their first line.
         for obj in gc.get_objects():
             if isinstance(obj, AsyncScript) and obj.sha not in self.scripts:
@@ -461,6 +464,12 @@ async def main() -> None:
     p.add_argument(
         "--large", type=int, default=2000, help="memories of a third namespace (own index; 0: none)"
     )
+    p.add_argument(
+        "--docs-min",
+        type=int,
+        default=100,
+        help="MEMBUS_TEXT_READ_DOCS_MIN of the handler (default 100: see above)",
+    )
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--json", default=None, help="also write the rows here")
     args = p.parse_args()
@@ -469,7 +478,8 @@ async def main() -> None:
 
     stack = EmbeddedStack.temporary()
     stack.start_servers()
-    app = await InProcess(stack, args.embedder).with_nats()
+    served = {"MEMBUS_TEXT_READ_DOCS_MIN": str(args.docs_min)}
+    app = await InProcess(stack, args.embedder, served).with_nats()
     # Own index: made by a handler with pools off; then served by `app` like any other.
     own_maker = InProcess(stack, args.embedder, {"MEMBUS_POOL_MAX": "0"})
     rt = RoundTrips()

@@ -21,6 +21,7 @@ from handlers.ops.scoping import ReadTime, read_scope, read_time
 from handlers.ops.terms import query_terms
 from handlers.ops.vectors import request_vector
 from handlers.store.filters import CURRENT, ReadScope, Scoped, read_filter
+from handlers.store.pick import Pickable
 from handlers.store.queries import decode_docs
 from handlers.store.record import Candidate, Fetched
 from handlers.store.text import scores_of, text_terms
@@ -160,28 +161,14 @@ async def ranked_candidates(
         c.cosines[m.id] = ranking.similarity(m.distance or 0.0)
         c.vec_rank[m.id] = i
     among = {m.id: m for m in [*nearest, *matches]}
-    if scored_among:
-        # Every candidate's BM25 over every word, read among the candidates only: the same
-        # scores a whole-namespace query gives them, for work bounded by their number. They
-        # decide which candidates could make the results, so they come in a round trip of
-        # their own: reading every candidate's record and vector beside them cost Redis 40%
-        # more per search at 100k memories (8.5 against 6.0 ms). A superseded candidate
-        # gets no score, so it is dropped here.
-        second = [text.scores_search(ns, terms, list(among), current)]
-        among_scores = scores_of(ns, (await queries.run(ns, second))[0][0])
-        matches = [
-            msgspec.structs.replace(among[mid], text_score=score)
-            for mid, score in sorted(among_scores.items(), key=lambda kv: kv[1], reverse=True)
-        ]
-        _add_matches(c, matches)
-        among = dict(c.pool)
-    else:
-        _add_matches(c, matches)
     depth = read or (_mmr_depth(req.limit) if req.diversify is not None else req.limit)
+    if scored_among and vec is not None:
+        return await _picked(ns, req, deps, c, among, terms, k, current, depth, read, now, vec)
+    _add_matches(c, matches)
     extra: list[str] = []
     rescore: list[str] = []
     if vec is not None and matches:
-        full = (len(nearest) >= k, len(matches) >= k and not scored_among)
+        full = (len(nearest) >= k, len(matches) >= k)
         extra, rescore = _missing(req, deps, c, matches, full, depth, now)
     # In vector or text mode the one query's signal is the whole relevance: the ranking is
     # final already, and the records to read are its best.
@@ -190,7 +177,7 @@ async def ranked_candidates(
     if final:
         chosen = [r.id for r in ranked[: read + SPARE_READS]]
     else:
-        chosen = _could_make(req, deps, c, among, k, scored_among, read + SPARE_READS, now)
+        chosen = _could_make(req, deps, c, among, k, read + SPARE_READS, now)
     vectors = list(dict.fromkeys([*extra, *(chosen if req.diversify is not None else [])]))
     also: list[Queued[Any]] = [
         reads.vectors_queued(ns, vectors),
@@ -217,6 +204,64 @@ async def ranked_candidates(
     if not final:
         ranked = _ranked(mode, req, deps, c, now)
     return RankedCandidates(mode, ranked, vec, records, stored)
+
+
+async def _picked(
+    ns: str,
+    req: SearchRequest,
+    deps: Deps,
+    c: Candidates,
+    among: dict[str, Candidate],
+    terms: list[str],
+    k: int,
+    current: bool,
+    depth: int,
+    read: int,
+    now: int,
+    vec: np.ndarray,
+) -> RankedCandidates:
+    """A hybrid search whose words are scored among its candidates (`Text.rare_words`),
+    from its queries' candidates on, in one more round trip: every candidate's BM25 over
+    every word, read among them alone (the same scores a whole-namespace query gives them,
+    for work bounded by their number), and, in the same script, the records of those that
+    could make the best `read` given their scores, and the stored vectors of text matches
+    the vector query did not return (`handlers.store.pick`). The script weighs each
+    candidate by the bounds of its final score: with its cosine, or, not knowing it,
+    between 0 and the vector query's k-th (beyond which it was not returned); a full text
+    score adds the same to both. A superseded candidate gets no score, so a text match
+    left without one is dropped; with RRF, whose ranks move with every score, every live
+    candidate is read."""
+    cos_cap = min(c.cosines.values()) if len(c.vec_rank) >= k and c.cosines else 1.0
+    alpha = deps.settings.hybrid_alpha
+    pickable = []
+    for m in among.values():
+        cos = c.cosines.get(m.id)
+        lo = _final(m, ranking.fuse_linear(cos or 0.0, 0.0, alpha), deps, now)
+        top = _final(m, ranking.fuse_linear(cos or 0.0, 1.0, alpha), deps, now)
+        hi = lo if cos is not None else _total(m, cos_cap, 0.0, deps, now)
+        pickable.append(Pickable(m.id, lo, hi, top - lo, cos is None, m.expires_at > now))
+    pick = deps.store.text.pick(
+        ns,
+        terms,
+        pickable,
+        now,
+        current,
+        depth=0 if _fusion(req, deps) == "rrf" else (read or depth) + SPARE_READS,
+        floor=req.min_score,
+        records=read > 0,
+        all_vectors=req.diversify is not None,
+    )
+    picked = await deps.store.queries.run_inside(ns, pick)
+    ordered = sorted(picked.scores.items(), key=lambda kv: kv[1], reverse=True)
+    _add_matches(c, [msgspec.structs.replace(among[mid], text_score=s) for mid, s in ordered])
+    for mid, v in picked.vectors.items():
+        if mid not in c.cosines:
+            c.cosines[mid] = max(0.0, min(1.0, _cosine(vec, v)))
+    for mid in c.text_rank:
+        if mid not in c.cosines:
+            del c.pool[mid]  # a text match that could not make the results
+    ranked = _ranked("hybrid", req, deps, c, now)
+    return RankedCandidates("hybrid", ranked, vec, picked.records, picked.vectors)
 
 
 def _add_matches(c: Candidates, matches: list[Candidate]) -> None:
@@ -268,7 +313,6 @@ def _could_make(
     c: Candidates,
     among: dict[str, Candidate],
     k: int,
-    scored_among: bool,
     depth: int,
     now: int,
 ) -> list[str]:
@@ -280,8 +324,7 @@ def _could_make(
     if len(live) <= depth or _fusion(req, deps) == "rrf":
         return [m.id for m in live]
     cos_cap = min(c.cosines.values()) if len(c.vec_rank) >= k and c.cosines else 1.0
-    # Scored among the candidates, one without a text score holds none of the words.
-    full_text = len(c.text_rank) >= k and not scored_among
+    full_text = len(c.text_rank) >= k
     txt_cap = min(c.texts.values()) if full_text and c.texts else 0.0
     alpha = deps.settings.hybrid_alpha
     bounds: list[tuple[float, float, str]] = []

@@ -40,13 +40,14 @@ from handlers.store.record import (
 from handlers.store.resp import Found, parse_aggregate, parse_search, text
 from handlers.store.schema import VECTOR_FIELD
 from handlers.store.tallies import Behind, Overview, Tallies
-from handlers.store.trip import Queued, Search
+from handlers.store.trip import Inside, Queued, Search
 from handlers.store.validity import ENDED_LUA, Validity
 
 log = structlog.get_logger("membus.store")
 
 D = TypeVar("D", bound=msgspec.Struct)
 S = TypeVar("S", Summary, Record, Mentions)
+T = TypeVar("T")
 
 
 class Page(NamedTuple, Generic[S]):
@@ -328,12 +329,27 @@ class Queries:
             at += n
         return found, read
 
+    async def space(self, ns: str) -> Namespace:
+        """The namespace's index and meta (`Indexes.get`)."""
+        return await self._indexes.get(ns)
+
+    async def run_inside(self, ns: str, inside: Inside[T]) -> T:
+        """A script that runs an FT.SEARCH on the namespace's index (`Inside`), in one round
+        trip (`_on_index`)."""
+
+        async def commands(space: Namespace) -> list[list[Any]]:
+            return [inside.call(await self._command(space, inside.search))]
+
+        (reply,) = await self._on_index(ns, commands, scripts=(inside.script,))
+        return inside.parse(reply)
+
     async def _on_index(
         self,
         ns: str,
         commands: Callable[[Namespace], Awaitable[list[list[Any]]]],
         ended_by: int | None = None,
         also: Sequence[Queued[Any]] = (),
+        scripts: tuple[str, ...] = (),
     ) -> list[Any]:
         """The replies to commands on the index that holds the namespace (built for it by
         `commands`) and to `also`, in one round trip: after flagging the memories whose
@@ -347,7 +363,7 @@ class Queries:
             async with self._guard():
                 try:
                     built = await commands(space)
-                    replies, left = await self._send(ns, space, built, ended_by, also)
+                    replies, left = await self._send(ns, space, built, ended_by, also, scripts)
                 except (redis.exceptions.ResponseError, RedisSearchError) as exc:
                     if not is_missing_index(exc) or is_connection_error(exc) or attempt == 2:
                         raise
@@ -374,12 +390,14 @@ class Queries:
         commands: list[list[Any]],
         ended_by: int | None,
         also: Sequence[Queued[Any]],
+        scripts: tuple[str, ...] = (),
     ) -> tuple[list[Any], bool]:
         """The replies to `commands` and `also`'s, and whether the namespace has left the
         pool its queries read, in one round trip (a pipeline, when there is more than one
-        command). The scripts it runs by SHA are loaded first, once: a script missing from
-        Redis fails the whole pipeline, and sending it all again doubles the work."""
-        sources = [ENDED_LUA] if ended_by is not None else []
+        command). The scripts it runs by SHA (`scripts`: those `commands` run) are loaded
+        first, once: a script missing from Redis fails the whole pipeline, and sending it
+        all again doubles the work."""
+        sources = [ENDED_LUA, *scripts] if ended_by is not None else [*scripts]
         sources += [src for queued in also for src in queued.scripts]
         await self._load(sources)
         try:

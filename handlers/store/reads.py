@@ -60,47 +60,57 @@ end
 )
 
 
-# Read live memories and (when ARGV[2] is '1') count this access, in one round trip; with
-# '1' or '2' (an access not counted: `list`), push an idle memory's expiry (keep_alive).
-# ARGV[1] is now (ms), ARGV[3..5] the history, dedup and tally prefixes, ARGV[6..] the record
-# fields to return, `expires_at` first. Each result is
-# false (missing or expired) or the field values followed by the access counters as they were
-# before this access, and the record's PEXPIRETIME after it (what a reply shows). The access
-# hash inherits the record's expiry; checking the record first keeps a bump from
-# resurrecting a deleted memory as a stray key.
+# Read a live memory and (when the flag `a[2]` is '1') count this access; with '1' or '2'
+# (an access not counted: `list`), push an idle memory's expiry (keep_alive). `a` holds
+# `fetch_args`: now (ms), the flag, the history, dedup and tally prefixes; `fields` the
+# record fields to return, `expires_at` first (`n` of them), then `$idle_ttl_s` when the
+# flag counts or pushes (`fetch_fields`). The result is false (missing or expired) or the
+# field values followed by the access counters as they were before this access, and the
+# record's PEXPIRETIME after it (what a reply shows). The access hash inherits the record's
+# expiry; checking the record first keeps a bump from resurrecting a deleted memory as a
+# stray key.
+FETCH = fragment(
+    """
+local function fetch_fields(a, from)
+  local fields = {}
+  for j = from, #a do fields[#fields + 1] = a[j] end
+  local n = #fields
+  -- An access reads whether the memory is forgotten when idle with its fields: keep_alive's
+  -- own read is then for such memories only.
+  if a[2] ~= '0' then fields[n + 1] = '$idle_ttl_s' end
+  return fields, n
+end
+
+local function fetch_one(rec, acc, a, fields, n)
+  local now = tonumber(a[1])
+  local vals = redis.call('HMGET', rec, unpack(fields))
+  if not (vals[1] and tonumber(vals[1]) > now) then return false end
+  local old = redis.call('HMGET', acc, 'access_count', 'last_accessed_at')
+  if a[2] ~= '0' and vals[n + 1] then keep_alive(rec, acc, now, a[3], a[4], a[5]) end
+  if a[2] == '1' then
+    redis.call('HSET', acc, 'access_count', (tonumber(old[1]) or 0) + 1,
+      'last_accessed_at', a[1])
+    local t = redis.call('PEXPIRETIME', rec)
+    if t > 0 then redis.call('PEXPIREAT', acc, t) end
+  end
+  vals[n + 1] = old[1]
+  vals[n + 2] = old[2]
+  vals[n + 3] = redis.call('PEXPIRETIME', rec)
+  return vals
+end
+"""
+)
+
+# `fetch_one` of each memory: KEYS are record and access key pairs, ARGV `fetch_args` then
+# the record fields to return.
 FETCH_LUA = lua(
     TALLY,
     KEEP,
+    FETCH,
     """
+local fields, n = fetch_fields(ARGV, 6)
 local out = {}
-local now = tonumber(ARGV[1])
-local fields = {}
-for j = 6, #ARGV do fields[#fields + 1] = ARGV[j] end
-local n = #fields
--- An access reads whether the memory is forgotten when idle with its fields: keep_alive's
--- own read is then for such memories only.
-local touched = ARGV[2] ~= '0'
-if touched then fields[n + 1] = '$idle_ttl_s' end
-for i = 1, #KEYS, 2 do
-  local rec, acc = KEYS[i], KEYS[i + 1]
-  local vals = redis.call('HMGET', rec, unpack(fields))
-  if vals[1] and tonumber(vals[1]) > now then
-    local old = redis.call('HMGET', acc, 'access_count', 'last_accessed_at')
-    if touched and vals[n + 1] then keep_alive(rec, acc, now, ARGV[3], ARGV[4], ARGV[5]) end
-    if ARGV[2] == '1' then
-      redis.call('HSET', acc, 'access_count', (tonumber(old[1]) or 0) + 1,
-        'last_accessed_at', ARGV[1])
-      local t = redis.call('PEXPIRETIME', rec)
-      if t > 0 then redis.call('PEXPIREAT', acc, t) end
-    end
-    vals[n + 1] = old[1]
-    vals[n + 2] = old[2]
-    vals[n + 3] = redis.call('PEXPIRETIME', rec)
-    out[#out + 1] = vals
-  else
-    out[#out + 1] = false
-  end
-end
+for i = 1, #KEYS, 2 do out[#out + 1] = fetch_one(KEYS[i], KEYS[i + 1], ARGV, fields, n) end
 return out
 """,
 )
@@ -127,7 +137,8 @@ def fetch_args(ns: str, now_ms: int, flag: str) -> list[Any]:
     return [now_ms, flag, keys.history_prefix(ns), keys.dedup_prefix(ns), tally_prefix(ns)]
 
 
-def _fetched(rows: list[Any]) -> list[Fetched | None]:
+def fetched_of(rows: list[Any]) -> list[Fetched | None]:
+    """`fetch_one`'s results as `Fetched` (None where missing or expired)."""
     found: list[Fetched | None] = []
     for row in rows:
         if not row:
@@ -145,7 +156,7 @@ def _fetched(rows: list[Any]) -> list[Fetched | None]:
     return found
 
 
-def _vectors(ids: list[str], blobs: list[Any]) -> dict[str, np.ndarray]:
+def vectors_of(ids: list[str], blobs: list[Any]) -> dict[str, np.ndarray]:
     return {
         mid: np.frombuffer(blob, dtype=np.float32)
         for mid, blob in zip(ids, blobs, strict=True)
@@ -199,7 +210,7 @@ class Reads:
                 keys=keys.memory_keys(ns, ids),
                 args=[*fetch_args(ns, now_ms, flag), *RECORD_FIELDS],
             )
-        return _fetched(rows)
+        return fetched_of(rows)
 
     def fetch_queued(self, ns: str, ids: list[str], now_ms: int) -> Queued[list[Fetched | None]]:
         """`fetch` without counting an access, to send with other work (`trip`)."""
@@ -207,7 +218,7 @@ class Reads:
             return Queued([], lambda _: [])
         args = [*fetch_args(ns, now_ms, "0"), *RECORD_FIELDS]
         command = evalsha(self._fetch.sha, keys.memory_keys(ns, ids), args)
-        return Queued([command], lambda out: _fetched(out[0]), (FETCH_LUA,))
+        return Queued([command], lambda out: fetched_of(out[0]), (FETCH_LUA,))
 
     def vectors_queued(self, ns: str, ids: list[str]) -> Queued[dict[str, np.ndarray]]:
         """`vectors`, to send with other work (`trip`)."""
@@ -215,7 +226,7 @@ class Reads:
             return Queued([], lambda _: {})
         record_keys = [keys.record_key(ns, mid) for mid in ids]
         command = evalsha(self._field.sha, record_keys, [VECTOR_FIELD])
-        return Queued([command], lambda out: _vectors(ids, out[0]), (FIELD_LUA,))
+        return Queued([command], lambda out: vectors_of(ids, out[0]), (FIELD_LUA,))
 
     def touch_later(self, ns: str, ids: list[str], now_ms: int) -> None:
         """Count an access to each live memory, after the reply: access counters are
@@ -300,4 +311,4 @@ class Reads:
             raw = await self._field(
                 keys=[keys.record_key(ns, mid) for mid in ids], args=[VECTOR_FIELD]
             )
-        return _vectors(ids, raw)
+        return vectors_of(ids, raw)

@@ -8,6 +8,7 @@ import asyncio
 import hashlib
 import re
 from collections.abc import Iterable
+from typing import Any
 
 import redis.asyncio as aioredis
 from redis.commands.search.query import Query
@@ -19,11 +20,12 @@ from handlers.store.background import Background
 from handlers.store.failures import Guard
 from handlers.store.filters import CURRENT
 from handlers.store.indexes import Namespace
+from handlers.store.pick import PICK_LUA, PICK_SHA, Pickable, Picked, pick_call, picked_of
 from handlers.store.queries import Queries
 from handlers.store.record import CANDIDATE_FIELDS, Record
 from handlers.store.resp import Found, text
 from handlers.store.schema import TEXT_FIELDS
-from handlers.store.trip import Search
+from handlers.store.trip import Inside, Search
 
 # Terms a full-text query carries at most: each is a clause of its own (see `text_match`).
 MAX_TEXT_TERMS = 32
@@ -191,6 +193,12 @@ def scores_of(ns: str, found: Found) -> dict[str, float]:
     return {keys.id_of(ns, key): float(f["__score"]) for key, f in found.docs}
 
 
+def _explain(pipe: Any, space: Namespace, words: list[str]) -> None:
+    """Queue FT.EXPLAIN of each word on one text field (`word_forms` reads the reply)."""
+    for t in words:
+        pipe.execute_command("FT.EXPLAIN", space.index.name, f"@{TEXT_FIELDS[0]}:{t}", "DIALECT", 2)
+
+
 class Text:
     def __init__(
         self,
@@ -249,16 +257,39 @@ class Text:
         """How many memories were written, and how many of them with each of `terms`: counts
         of writes, so a deleted or expired memory still counts (the caller scales them).
         Estimates, so kept here for a few seconds (COUNTS_TTL_S), by each word's field: a
-        warm search asks Redis for none of them."""
+        warm search asks Redis for none of them. The index forms of words this handler has
+        not asked for yet come in the same round trip (the query built next needs them)."""
         counts = self._kept(ns)
         fields = [word_field(t) for t in terms]
         missing = [f for f in dict.fromkeys([WORDS_TOTAL, *fields]) if f not in counts]
+        unformed = self._unformed(terms)
         if missing:
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hmget(words_key(ns), missing)
+            if unformed:
+                space = await self._queries.space(ns)
+                _explain(pipe, space, unformed)
             async with self._guard():
-                raw = await self.client.hmget(words_key(ns), missing)
+                raw, *explained = await pipe.execute(raise_on_error=False)
+            if isinstance(raw, Exception):
+                raise raw
+            # A form not read (the index just vanished) is asked again as the query is built.
+            self._keep_forms([(t, out) for t, out in zip(unformed, explained, strict=False)])
             for f, v in zip(missing, raw, strict=True):
                 counts[f] = int(v) if v is not None else 0
         return counts[WORDS_TOTAL], [counts[f] for f in fields]
+
+    def _unformed(self, terms: list[str]) -> list[str]:
+        """The words whose forms this handler does not keep (past FORMS_KEPT, none)."""
+        if len(self._forms) > FORMS_KEPT:
+            self._forms.clear()
+        return [t for t in dict.fromkeys(terms) if t not in self._forms]
+
+    def _keep_forms(self, explained: list[tuple[str, object]]) -> None:
+        """Keep the forms of words as FT.EXPLAIN gave them (an error: not kept)."""
+        for t, out in explained:
+            if not isinstance(out, Exception):
+                self._forms[t] = word_forms(text(out), t)
 
     async def rare_words(
         self, ns: str, terms: list[str], share_max: float, docs_min: int
@@ -330,23 +361,48 @@ class Text:
 
         return Search(query, with_scores=True)
 
+    def pick(
+        self,
+        ns: str,
+        terms: list[str],
+        candidates: list[Pickable],
+        now_ms: int,
+        current: bool,
+        depth: int,
+        floor: float | None,
+        records: bool,
+        all_vectors: bool,
+    ) -> Inside[Picked]:
+        """`scores_search` among the candidates, and what follows from their scores, in one
+        script (`handlers.store.pick`): those that could make the best `depth` (0: all,
+        none below `floor`), with their records when asked, and the vectors of the blind
+        ones (or of all picked with `all_vectors`); for `Queries.run_inside`."""
+        among = [c.id for c in candidates]
+
+        def call(query: list[Any]) -> list[Any]:
+            return pick_call(
+                PICK_SHA, ns, query, candidates, now_ms, depth, floor, records, all_vectors
+            )
+
+        return Inside(
+            self.scores_search(ns, terms, among, current),
+            call,
+            lambda reply: picked_of(candidates, reply, records),
+            PICK_LUA,
+        )
+
     async def _word_forms(
         self, space: Namespace, terms: list[str], first: bool = False
     ) -> list[str]:
         """Every index term of `terms` (`word_forms`), asked of RediSearch once per word;
         with `first`, each word's first form only."""
-        missing = [t for t in dict.fromkeys(terms) if t not in self._forms]
+        missing = self._unformed(terms)
         if missing:
-            name = space.index.name
             pipe = self.client.pipeline(transaction=False)
-            for t in missing:
-                pipe.execute_command("FT.EXPLAIN", name, f"@{TEXT_FIELDS[0]}:{t}", "DIALECT", 2)
+            _explain(pipe, space, missing)
             async with self._guard():
                 explained = await pipe.execute()
-            if len(self._forms) > FORMS_KEPT:
-                self._forms.clear()
-            for t, out in zip(missing, explained, strict=True):
-                self._forms[t] = word_forms(text(out), t)
+            self._keep_forms(list(zip(missing, explained, strict=True)))
         if first:
             return [self._forms[t][0] for t in terms]
         return [form for t in terms for form in self._forms[t]]

@@ -26,6 +26,17 @@ class Search(NamedTuple):
     with_scores: bool = False
 
 
+class Inside(NamedTuple, Generic[T]):
+    """An FT.SEARCH that a script runs, with the work that follows from its reply, in one
+    command: the search, the script's call around its FT.SEARCH command, how to read the
+    call's reply, and the script's Lua."""
+
+    search: Search
+    call: Callable[[list[Any]], list[Any]]
+    parse: Callable[[Any], T]
+    script: str
+
+
 def evalsha(sha: str, keys: list[str], args: list[Any]) -> list[Any]:
     """A script call as a raw command, for a pipeline (redis-py's Script in a pipeline
     checks SCRIPT EXISTS first: a round trip more)."""

@@ -499,6 +499,73 @@ async def test_common_words_are_scored_among_the_candidates_with_the_same_scores
     await whole.close()
 
 
+@pytest.fixture(params=["in_process", "on_cluster"])
+def standalone_or_cluster(request: pytest.FixtureRequest) -> InProcess:
+    """Operations in this process, on the one Redis or on the Redis Cluster."""
+    served: InProcess = request.getfixturevalue(request.param)
+    return served
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"diversify": 0.5},
+        {"min_score": 0.3},
+        {"limit": 3},
+        {"limit": 3, "max_tokens": 12},
+    ],
+    ids=["linear", "diversify", "min_score", "limit", "max_tokens"],
+)
+async def test_a_search_scoring_words_among_candidates_ranks_as_a_whole_namespace_one(
+    standalone_or_cluster: InProcess,
+    ns: str,
+    options: dict[str, Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Scored among its candidates, a hybrid search picks which records to read from each
+    # candidate's bounds in one script (`handlers.store.pick`): the results must be those
+    # of the search that reads every word across the namespace, whatever the fusion or
+    # cut. "ledger" and "zanzibar" are in 70 of 74 memories, so the text query across the
+    # namespace reads "payroll" alone; the vector query (k = 50) misses some of the payroll
+    # memories, whose cosine the pick then reads from their stored vectors. (RRF is left
+    # out: its text ranks are among the candidates here, across the namespace there.) On a
+    # Redis Cluster too: the script runs the INKEYS query on the node of the namespace's slot.
+    in_process = standalone_or_cluster
+    settings = msgspec.structs.replace(
+        in_process.deps.settings, text_read_share_max=0.5, text_read_docs_min=0
+    )
+    bounded = InProcess(in_process.nc, dataclasses.replace(in_process.deps, settings=settings))
+    bus = await MemoryBus.connect(namespace=ns, nc=bounded)  # type: ignore[arg-type]
+    whole = await MemoryBus.connect(namespace=ns, nc=in_process)  # type: ignore[arg-type]
+    mem = bus.agent(workflow_id="wf_pick")
+    for i in range(70):
+        words = " ".join(["ledger"] * (1 + i % 3))
+        await mem.add("knowledge", f"{words} entry {i} of the zanzibar office" * (i % 2 + 1))
+    for what in ("payroll", "payroll run", "the payroll was late", "payroll of the ledger"):
+        await mem.add("knowledge", what)
+    room = in_process.deps.store.text
+    blind: list[bool] = []
+    pick = room.pick
+
+    def spied(*args: Any, **kw: Any) -> Any:
+        blind.extend(c.blind for c in args[2])
+        return pick(*args, **kw)
+
+    monkeypatch.setattr(room, "pick", spied)
+    query = {"query": "zanzibar ledger payroll", "limit": 10, **options}
+    hits = (await mem.search(**query)).results
+    assert any(blind) and not all(blind)
+    same = (await whole.agent(workflow_id="wf_pick").search(**query)).results
+    assert hits, options
+    assert [(h.id, h.text_score, h.similarity) for h in hits] == [
+        (h.id, h.text_score, h.similarity) for h in same
+    ]
+    assert [h.score for h in hits] == pytest.approx([h.score for h in same], abs=1e-6)
+    await bus.close()
+    await whole.close()
+
+
 async def _ledgers(mem: AgentMemory) -> tuple[Any, Any]:
     """Eight memories, "ledger" in each: six entries, then a "zanzibar ledger" one and the
     one that supersedes it (old, new)."""
