@@ -31,7 +31,7 @@ from handlers.store.resp import text
 from handlers.store.sessions import session_key
 from handlers.store.tallies import tally_prefix
 from handlers.store.tallies.scripts import TALLY
-from handlers.store.writes import Immutable, entry_json
+from handlers.store.writes import GOING, Immutable, entry_json
 
 # The changes an erased memory's history keeps: none of them holds its text.
 SAFE_CHANGES = (
@@ -43,6 +43,8 @@ SAFE_CHANGES = (
     "superseded_by",
 )
 
+# Erase memories: as DELETE (their dedup key and key index go too), and their history
+# scrubbed of texts (only `safe` changes kept) with an `erased` entry.
 # KEYS: record, access and history key of each memory, then the namespace's tally prefix.
 # ARGV[1] now (ms), ARGV[2] the dedup key prefix, ARGV[3] the `erased` entry, ARGV[4] how
 # long the history stays, ARGV[5] the immutable type (as DELETE: a state among them erases
@@ -55,11 +57,8 @@ local safe = {}
 for name in string.gmatch(ARGV[6], '%S+') do safe[name] = true end
 local fields = {}
 for j = 7, #ARGV do fields[#fields + 1] = ARGV[j] end
-local last = #KEYS - 1
-for i = 1, last, 3 do
-  local f = redis.call('HMGET', KEYS[i], '$id', '$type', '$expires_at')
-  if f[1] and f[2] == ARGV[5] and tonumber(f[3] or '0') > now then return {'immutable', f[1]} end
-end
+local state = immutable_among(now, ARGV[5])
+if state then return {'immutable', state} end
 local function scrubbed(raw)
   local ok, e = pcall(cjson.decode, raw)
   if not ok or type(e) ~= 'table' then return nil end
@@ -73,17 +72,15 @@ local function scrubbed(raw)
     session_id = e['session_id'], reason = e['reason'], changes = kept})
 end
 local out = {}
-for i = 1, last, 3 do
+for i = 1, #KEYS - 1, 3 do
   local rec, acc, hist = KEYS[i], KEYS[i + 1], KEYS[i + 2]
-  local f = redis.call('HMGET', rec, '$id', '$content_hash')
-  if f[2] and redis.call('GET', ARGV[2] .. f[2]) == f[1] then
-    redis.call('DEL', ARGV[2] .. f[2])
-  end
+  local id = redis.call('HGET', rec, '$id')
+  drop_lookups(rec, ARGV[2])
   local vals = redis.call('HMGET', rec, unpack(fields))
-  local live = f[1] and tonumber(vals[1] or '0') > now
-  if f[1] then
+  local live = id and tonumber(vals[1] or '0') > now
+  if id then
     redis.call('DEL', rec, acc)
-    retally(KEYS[#KEYS], f[1], rec, now)
+    retally(KEYS[#KEYS], id, rec, now)
   end
   local old = redis.call('LRANGE', hist, 0, -1)
   if live or #old > 0 then
@@ -99,7 +96,7 @@ for i = 1, last, 3 do
 end
 return out
 """
-ERASE_LUA = lua(TALLY, ERASE)
+ERASE_LUA = lua(TALLY, GOING, ERASE)
 
 _entry = msgspec.json.Decoder(Entry)
 

@@ -65,9 +65,40 @@ end
 )
 
 
-# Delete live memories (record, access and dedup keys) and return each one's fields,
-# atomically, so that two concurrent deletes report (and publish) each memory once. The
-# history gets a `deleted` entry and outlives the memory by ARGV[4] ms. Memories of the
+# What goes with a memory leaving (a delete, an erasure). `immutable_among`: the id of the
+# first live memory of the immutable type `kind` among the records KEYS[1], KEYS[4], ...
+# (every third key: record, access, history), or nil. `drop_lookups`: remove the memory's
+# exact-dedup key and its key index (v4 keyed memories) where they still name it; `dedups`
+# is the namespace's dedup key prefix, beside which the key index lies (`keys.key_prefix`).
+GOING = fragment(
+    """
+local function immutable_among(now, kind)
+  for i = 1, #KEYS - 1, 3 do
+    local f = redis.call('HMGET', KEYS[i], '$id', '$type', '$expires_at')
+    if f[1] and f[2] == kind and tonumber(f[3] or '0') > now then return f[1] end
+  end
+  return nil
+end
+
+local function drop_lookups(rec, dedups)
+  local f = redis.call('HMGET', rec, '$id', '$content_hash', '$key', '$store')
+  if not f[1] then return end
+  if f[2] and redis.call('GET', dedups .. f[2]) == f[1] then
+    redis.call('DEL', dedups .. f[2])
+  end
+  if f[3] then
+    local kkey = string.sub(dedups, 1, -3) .. 'k:'
+      .. redis.sha1hex((f[4] or 'private') .. '\\0' .. f[3])
+    if redis.call('GET', kkey) == f[1] then redis.call('DEL', kkey) end
+  end
+end
+"""
+)
+
+
+# Delete live memories (record, access, dedup and key index keys) and return each one's
+# fields, atomically, so that two concurrent deletes report (and publish) each memory once.
+# The history gets a `deleted` entry and outlives the memory by ARGV[4] ms. Memories of the
 # immutable type ARGV[5] (states) are never deleted: if one is among them, nothing is, and
 # the result is {'immutable', its id}.
 # KEYS: record, access and history key of each memory, then the namespace's tally prefix
@@ -80,43 +111,30 @@ local out = {}
 local now = tonumber(ARGV[1])
 local fields = {}
 for j = 6, #ARGV do fields[#fields + 1] = ARGV[j] end
-local last = #KEYS - 1
-for i = 1, last, 3 do
-  local f = redis.call('HMGET', KEYS[i], '$id', '$type', '$expires_at')
-  if f[1] and f[2] == ARGV[5] and tonumber(f[3] or '0') > now then return {'immutable', f[1]} end
-end
-for i = 1, last, 3 do
+local state = immutable_among(now, ARGV[5])
+if state then return {'immutable', state} end
+for i = 1, #KEYS - 1, 3 do
   local rec, acc, hist = KEYS[i], KEYS[i + 1], KEYS[i + 2]
-  local f = redis.call('HMGET', rec, '$id', '$content_hash', '$key', '$store')
-  if f[2] and redis.call('GET', ARGV[2] .. f[2]) == f[1] then
-    redis.call('DEL', ARGV[2] .. f[2])
-  end
-  if f[3] then
-    local kkey = string.sub(ARGV[2], 1, -3) .. 'k:'
-      .. redis.sha1hex((f[4] or 'private') .. '\\0' .. f[3])
-    if redis.call('GET', kkey) == f[1] then redis.call('DEL', kkey) end
-  end
+  local id = redis.call('HGET', rec, '$id')
+  drop_lookups(rec, ARGV[2])
   local vals = redis.call('HMGET', rec, unpack(fields))
-  if f[1] and tonumber(vals[1] or '0') > now then
+  if id and tonumber(vals[1] or '0') > now then
     redis.call('DEL', rec, acc)
-    retally(KEYS[#KEYS], f[1], rec, now)
+    retally(KEYS[#KEYS], id, rec, now)
     redis.call('RPUSH', hist, ARGV[3])
     redis.call('PEXPIRE', hist, ARGV[4])
     out[#out + 1] = vals
   else
-    if f[1] then
+    if id then
       redis.call('DEL', rec, acc)
-      retally(KEYS[#KEYS], f[1], rec, now)
+      retally(KEYS[#KEYS], id, rec, now)
     end
     out[#out + 1] = false
   end
 end
 return out
 """
-DELETE_LUA = lua(
-    TALLY,
-    DELETE,
-)
+DELETE_LUA = lua(TALLY, GOING, DELETE)
 
 
 # Add a memory unless its exact content (same type and scope) is already live: then count a

@@ -113,6 +113,11 @@ async def test_a_key_is_unique_per_store_and_freed_by_delete_and_supersede(
     # The key itself is the writer's text: its index names only a digest of it.
     for name in await _key_index(rds, key_ns):
         assert b"budget" not in name
+    # An erasure frees the key as a delete does.
+    assert (await wf123.delete([fresh.id], erase=True)).erased == 1
+    assert len(await _key_index(rds, key_ns)) == 1
+    last = await wf123.add("fact", "Budget: 25k", key="budget")
+    assert last.id != fresh.id and not last.replaced and last.version == 1
 
 
 @pytest.mark.parametrize(
