@@ -19,6 +19,7 @@ from handlers.store.writes import (
     ADD,
     DELETE,
     FOLLOW,
+    GOING,
     SUPERSEDE,
     UPDATE,
     VERSION,
@@ -59,6 +60,7 @@ class Refused(Exception):
 APPLY_LUA = lua(
     FOLLOW,
     VERSION,
+    GOING,
     POOLED,
     TALLY,
     "local ops = {}\n"

@@ -57,7 +57,7 @@ local safe = {}
 for name in string.gmatch(ARGV[6], '%S+') do safe[name] = true end
 local fields = {}
 for j = 7, #ARGV do fields[#fields + 1] = ARGV[j] end
-local state = immutable_among(now, ARGV[5])
+local state = immutable_among(KEYS, now, ARGV[5])
 if state then return {'immutable', state} end
 local function scrubbed(raw)
   local ok, e = pcall(cjson.decode, raw)

@@ -66,15 +66,16 @@ end
 
 
 # What goes with a memory leaving (a delete, an erasure). `immutable_among`: the id of the
-# first live memory of the immutable type `kind` among the records KEYS[1], KEYS[4], ...
-# (every third key: record, access, history), or nil. `drop_lookups`: remove the memory's
-# exact-dedup key and its key index (v4 keyed memories) where they still name it; `dedups`
-# is the namespace's dedup key prefix, beside which the key index lies (`keys.key_prefix`).
+# first live memory of the immutable type `kind` among the records ks[1], ks[4], ... (a
+# script's KEYS: record, access and history key of each memory, then one more), or nil.
+# `drop_lookups`: remove the memory's exact-dedup key and its key index (v4 keyed
+# memories) where they still name it; `dedups` is the namespace's dedup key prefix, beside
+# which the key index lies (`keys.key_prefix`).
 GOING = fragment(
     """
-local function immutable_among(now, kind)
-  for i = 1, #KEYS - 1, 3 do
-    local f = redis.call('HMGET', KEYS[i], '$id', '$type', '$expires_at')
+local function immutable_among(ks, now, kind)
+  for i = 1, #ks - 1, 3 do
+    local f = redis.call('HMGET', ks[i], '$id', '$type', '$expires_at')
     if f[1] and f[2] == kind and tonumber(f[3] or '0') > now then return f[1] end
   end
   return nil
@@ -111,7 +112,7 @@ local out = {}
 local now = tonumber(ARGV[1])
 local fields = {}
 for j = 6, #ARGV do fields[#fields + 1] = ARGV[j] end
-local state = immutable_among(now, ARGV[5])
+local state = immutable_among(KEYS, now, ARGV[5])
 if state then return {'immutable', state} end
 for i = 1, #KEYS - 1, 3 do
   local rec, acc, hist = KEYS[i], KEYS[i + 1], KEYS[i + 2]
