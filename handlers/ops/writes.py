@@ -119,9 +119,10 @@ def version_moved(memory_id: str, expected: int, version: int) -> VersionConflic
 
 async def _check_current(ns: str, ids: list[str], deps: Deps) -> None:
     """Refuse (`conflict`) a supersede of memories that are superseded already."""
-    now = deps.clock()
-    for mid in dict.fromkeys(ids):
-        rec = await deps.store.reads.read(ns, mid, now)
+    targets = list(dict.fromkeys(ids))
+    read = await deps.store.reads.fetch(ns, targets, deps.clock(), count_access=False)
+    for mid, found in zip(targets, read, strict=True):
+        rec = found.record if found is not None else None
         if rec is not None and rec.superseded_by and deps.access.sees(rec.store):
             raise superseded_already(ns, mid, rec.version)
 

@@ -31,8 +31,8 @@ def valid_at(as_of_ms: int) -> FilterExpression:
     """v3 `as_of`: memories valid at that instant (`vf` <= as_of < `vu`), superseded or
     not (record.validity). Written as two negations, of those valid only later and of
     those whose validity had ended: each reads the few memories it names, where the
-    positive ranges read every memory (an as_of search at 10k memories cost 4.1 ms of
-    Redis against 2.0 ms without; every memory has both fields: layout 3, `migration`)."""
+    positive ranges read every memory (which doubled an as_of search's Redis time). Every
+    memory has both fields (layout 3, `migration`)."""
     return FilterExpression(f"-@vf:[({as_of_ms} +inf] -@vu:[-inf {as_of_ms}]")
 
 

@@ -1,9 +1,9 @@
 """Which RediSearch hybrid policy a filtered vector query should run with.
 
-RediSearch's own choice picks brute force over every filtered vector for broad filters
-(5k of 10k memories: ~4 ms, against ~0.9 ms in batches), while batches crawl for narrow
-filters (a 10-memory workflow: ~6 ms, against ~0.35 ms brute force). So the choice follows
-the filter's size, counted at most every few seconds per filter.
+RediSearch's own choice picks brute force over every filtered vector for broad filters,
+where batches are several times faster, while batches crawl for narrow filters (a small
+workflow), where brute force is (figures: docs/benchmarks.md). So the choice follows the
+filter's size, counted at most every few seconds per filter.
 """
 
 from __future__ import annotations

@@ -168,7 +168,8 @@ local fields = {}
 for j = 8, 7 + n do fields[#fields + 1] = ARGV[j] end
 local pairs = {}
 for j = 8 + n, #ARGV do pairs[#pairs + 1] = ARGV[j] end
-pooled(KEYS[4], pairs)
+-- The pool's fields (`pooled`, a read of the tier) only for what writes them: a repeat's
+-- mention does not.
 if kkey ~= '' then
   local holder = redis.call('GET', kkey)
   local old = holder and (ARGV[3] .. holder)
@@ -177,6 +178,7 @@ if kkey ~= '' then
   if f[1] and tonumber(f[1]) > now and f[2] ~= '1' then
     local v = version_of(old)
     if expected ~= '' and tonumber(expected) ~= v then return {'conflict', v, holder} end
+    pooled(KEYS[4], pairs)
     -- Replace in place: the new fields, but the memory's id, creation and mentions.
     local kept = {['$id'] = true, ['$created_at'] = true, ['$mention_count'] = true}
     local new, out = {}, {}
@@ -230,6 +232,7 @@ if existing then
     return redis.call('HMGET', old, unpack(fields))
   end
 end
+pooled(KEYS[4], pairs)
 redis.call('HSET', rec, unpack(pairs))
 local id = redis.call('HGET', rec, '$id')
 if ARGV[2] ~= '0' then redis.call('PEXPIREAT', rec, ARGV[2]) end
@@ -418,6 +421,17 @@ class Stale(Exception):
         self.version = version
 
 
+_TAGS = (b"conflict", b"replaced", "conflict", "replaced")
+
+
+def tagged(out: Any) -> tuple[str, list[Any]]:
+    """A script's result led by a tag ({'conflict', ...}, {'replaced', ...}) as the tag and
+    the rest; any other result as ('', itself)."""
+    if isinstance(out, list) and out and out[0] in _TAGS:
+        return text(out[0]), out[1:]
+    return "", out
+
+
 def conflict_of(row: Any) -> int | None:
     """The version in a script's {'conflict', version} result; None for any other result."""
     if isinstance(row, list) and len(row) == 2 and row[0] in (b"conflict", "conflict"):
@@ -464,6 +478,7 @@ def update_call(
 ) -> tuple[list[str], list[Any]]:
     """UPDATE_LUA's keys and arguments (`expected`: the version it must be at)."""
     fields = changed_fields(old, new)
+    fields.pop("version", None)  # the script bumps what it finds (VERSION)
     fields.update({mark_field(name): mark for name, mark in (marks or {}).items()})
     if vector is not None:
         fields[VECTOR_FIELD] = vector.astype(np.float32).tobytes()
@@ -547,10 +562,11 @@ class Writes:
         out = await self._setup(ns, lambda: self._add(keys=add_keys, args=args), _UNSET)
         if out == 1:
             raise AlreadyApplied(rec.id)
-        if (at := conflict_of(out[:2] if isinstance(out, list) else out)) is not None:
-            raise Stale(text(out[2]), at)
-        if isinstance(out, list) and out[0] in (b"replaced", "replaced"):
-            replaced = record_of(RECORD_FIELDS, out[1])
+        tag, rest = tagged(out)
+        if tag == "conflict":
+            raise Stale(text(rest[1]), int(rest[0]))
+        if tag == "replaced":
+            replaced = record_of(RECORD_FIELDS, rest[0])
             self._added(ns, [replaced], new=False)  # its new words
             return AddOutcome(replaced, replaced=True)
         if out:
