@@ -232,18 +232,20 @@ async def _picked(
     left without one is dropped; with RRF, whose ranks move with every score, every live
     candidate is read."""
     cos_cap = min(c.cosines.values()) if len(c.vec_rank) >= k and c.cosines else 1.0
-    alpha = deps.settings.hybrid_alpha
     pickable = []
     for m in among.values():
         cos = c.cosines.get(m.id)
-        lo = _final(m, ranking.fuse_linear(cos or 0.0, 0.0, alpha), deps, now)
-        top = _final(m, ranking.fuse_linear(cos or 0.0, 1.0, alpha), deps, now)
+        lo = _total(m, cos or 0.0, 0.0, deps, now)
         hi = lo if cos is not None else _total(m, cos_cap, 0.0, deps, now)
-        pickable.append(Pickable(m.id, lo, hi, top - lo, cos is None, m.expires_at > now))
+        pickable.append(Pickable(m.id, lo, hi, cos is None, m.expires_at > now))
+    # The score is linear in the text score, with the same weight for every candidate.
+    any_one = next(iter(among.values()))
+    slope = _total(any_one, 0.0, 1.0, deps, now) - _total(any_one, 0.0, 0.0, deps, now)
     pick = deps.store.text.pick(
         ns,
         terms,
         pickable,
+        slope,
         now,
         current,
         depth=0 if _fusion(req, deps) == "rrf" else (read or depth) + SPARE_READS,

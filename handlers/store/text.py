@@ -366,6 +366,7 @@ class Text:
         ns: str,
         terms: list[str],
         candidates: list[Pickable],
+        slope: float,
         now_ms: int,
         current: bool,
         depth: int,
@@ -375,13 +376,14 @@ class Text:
     ) -> Inside[Picked]:
         """`scores_search` among the candidates, and what follows from their scores, in one
         script (`handlers.store.pick`): those that could make the best `depth` (0: all,
-        none below `floor`), with their records when asked, and the vectors of the blind
-        ones (or of all picked with `all_vectors`); for `Queries.run_inside`."""
+        none below `floor`; `slope`: what a full text score adds to a final score), with
+        their records when asked, and the vectors of the blind ones (or of all picked with
+        `all_vectors`); for `Queries.run_inside`."""
         among = [c.id for c in candidates]
 
         def call(query: list[Any]) -> list[Any]:
             return pick_call(
-                PICK_SHA, ns, query, candidates, now_ms, depth, floor, records, all_vectors
+                PICK_SHA, ns, query, candidates, slope, now_ms, depth, floor, records, all_vectors
             )
 
         return Inside(
