@@ -22,7 +22,9 @@ import re
 import statistics
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import redis.asyncio as aioredis
 from measure import command_stats
@@ -48,8 +50,12 @@ def tag_of(speaker: str) -> str:
     return re.sub(r"[^a-z0-9_:.-]", "_", speaker.lower())[:64] or "speaker"
 
 
-def load(path: Path) -> tuple[list[tuple[str, str, list[str]]], list[tuple[str, set[str]]]]:
-    """(fact, speaker, dia_ids) per observation, and (question, evidence) for categories 1-4."""
+Question = tuple[str, set[str], int]  # (question, evidence turns, category)
+
+
+def load(path: Path) -> tuple[list[tuple[str, str, list[str]]], list[Question]]:
+    """(fact, speaker, dia_ids) per observation, and (question, evidence, category) for
+    categories 1-4."""
     conv = json.loads(path.read_text())
     c = conv.get("conversation", conv)
     facts = []
@@ -62,7 +68,7 @@ def load(path: Path) -> tuple[list[tuple[str, str, list[str]]], list[tuple[str, 
                 facts.append((fact, speaker, ids))
     qa = conv.get("qa") or c.get("qa") or []
     questions = [
-        (q["question"], set(q.get("evidence") or []))
+        (q["question"], set(q.get("evidence") or []), int(q["category"]))
         for q in qa
         if q.get("category") in (1, 2, 3, 4)
     ]
@@ -85,7 +91,7 @@ async def ingest(bus: MemoryBus, facts: list[tuple[str, str, list[str]]]) -> flo
 
 async def evaluate(
     bus: MemoryBus,
-    questions: list[tuple[str, set[str]]],
+    questions: list[Question],
     mode: str,
     fusion: str | None,
     diversify: float | None,
@@ -94,7 +100,7 @@ async def evaluate(
     mem = bus.agent(agent_id="asker")
     ranks: list[int | None] = []
     lat: list[float] = []
-    for question, evidence in questions:
+    for question, evidence, _ in questions:
         t0 = time.perf_counter()
         reply = await mem.search(
             question,
@@ -187,12 +193,219 @@ async def run(embedder: str, files: list[Path], alpha: str | None, modes: list[M
         stack.stop()
 
 
+# -- Cross-validated stages (--cv) ---------------------------------------------------------
+#
+# Each question's first-stage candidates (the default search's best DEPTH, with their
+# scores) are collected through the bus once; a stage's weight is then tuned offline on four
+# conversations and scored on the fifth, in turn, so no weight is fitted to what it is scored
+# on. Then the stage runs through the bus with the weight fitted on all five (what a default
+# would be: that row is the optimistic one, the folds' mean the honest one), beside the
+# first stage alone, each with its search latency p50 (handlers restarted before each timed
+# pass, so that no query vector is cached in the process: each search embeds its query).
+
+DEPTH = 30
+# A stage: the handler settings that turn it on.
+STAGES: dict[str, dict[str, str]] = {"e5": {"MEMBUS_RERANK": "e5"}}
+E5_WEIGHTS = [0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 3.0, 5.0]
+
+
+@dataclass
+class Asked:
+    """One question and its first stage's candidates, best first."""
+
+    conv: str
+    question: str
+    evidence: set[str]
+    category: int
+    answerable: bool  # some observation points at one of its evidence turns
+    scores: list[float] = field(default_factory=list)
+    contents: list[str] = field(default_factory=list)
+    dias: list[list[str]] = field(default_factory=list)
+    second: list[float] = field(default_factory=list)  # the second model's cosines
+
+
+def cv_folds(groups: list[str]) -> list[tuple[list[str], str]]:
+    """(train, test) per group: each group scored once, by what the others tuned."""
+    names = sorted(set(groups))
+    return [([g for g in names if g != test], test) for test in names]
+
+
+def first_hit(dias: list[list[str]], evidence: set[str], k: int = 10) -> int | None:
+    return next((i for i, d in enumerate(dias[:k], 1) if evidence & set(d)), None)
+
+
+def recall_mrr(ranks: list[int | None]) -> tuple[float, float]:
+    n = len(ranks) or 1
+    return sum(r is not None for r in ranks) / n, sum(1.0 / r for r in ranks if r) / n
+
+
+def e5_ranks(asked: list[Asked], weight: float) -> list[int | None]:
+    from handlers.ops.rerank import fused_order
+
+    out = []
+    for a in asked:
+        order = fused_order(a.scores, a.second, weight) if len(a.scores) > 1 else [0]
+        out.append(first_hit([a.dias[i] for i in order], a.evidence))
+    return out
+
+
+def tune(asked: list[Asked], weights: list[float]) -> float:
+    """The weight with the best recall@10 + MRR@10 on `asked` (the smaller of equals)."""
+    return max(weights, key=lambda w: (sum(recall_mrr(e5_ranks(asked, w))), -w))
+
+
+async def collect(
+    bus: MemoryBus, conv: str, questions: list[Question], pointed: set[str]
+) -> list[Asked]:
+    mem = bus.agent(agent_id="asker")
+    out = []
+    for question, evidence, category in questions:
+        reply = await mem.search(question, limit=DEPTH)
+        a = Asked(conv, question, evidence, category, bool(evidence & pointed))
+        for hit in reply.results:
+            a.scores.append(hit.score)
+            a.contents.append(hit.content)
+            a.dias.append(list(hit.metadata.get("dia", [])))
+        out.append(a)
+    return out
+
+
+async def timed_pass(
+    stack: EmbeddedStack, env: dict[str, str], convs: dict[str, list[Question]], procs: list[Any]
+) -> tuple[dict[str, list[int | None]], list[float], list[Any]]:
+    """Handlers restarted with `env`, then every question searched at limit 10: ranks per
+    conversation and the latencies."""
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        p.wait()
+    procs = stack.start_handlers(1, env)
+    await wait_for_handlers(stack.nats_url, 1, procs, timeout=180)
+    ranks: dict[str, list[int | None]] = {}
+    lat: list[float] = []
+    for conv, questions in convs.items():
+        async with await MemoryBus.connect(stack.nats_url, namespace=conv, timeout=60) as bus:
+            r, t = await evaluate(bus, questions, "hybrid", None, None)
+            ranks[conv], lat = r, lat + t
+    return ranks, lat, procs
+
+
+def table_row(name: str, asked: list[Asked], ranks: list[int | None], p50: float | None) -> str:
+    r10, mrr = recall_mrr(ranks)
+    ans = [r for r, a in zip(ranks, asked, strict=True) if a.answerable]
+    ar10, amrr = recall_mrr(ans)
+    cats = []
+    for c in (1, 2, 3, 4):
+        rc = [r for r, a in zip(ranks, asked, strict=True) if a.category == c]
+        cats.append("{:.2f}/{:.2f}".format(*recall_mrr(rc)))
+    lat = f"{p50:>8.1f}" if p50 is not None else f"{'-':>8}"
+    return f"{name:<30}{r10:>7.3f}{mrr:>8.3f}{ar10:>8.3f}{amrr:>8.3f}{lat}  " + " ".join(cats)
+
+
+HEADER = (
+    f"{'':<30}{'R@10':>7}{'MRR@10':>8}{'ansR@10':>8}{'ansMRR':>8}{'p50 ms':>8}"
+    "  per category 1-4 (R@10/MRR@10)"
+)
+
+
+async def run_cv(embedder: str, files: list[Path], stages: list[str]) -> None:
+    stack = EmbeddedStack.temporary()
+    procs: list[Any] = []
+    try:
+        stack.start_servers()
+        base = {"MEMBUS_EMBEDDER": embedder}
+        procs = stack.start_handlers(1, base)
+        await wait_for_handlers(stack.nats_url, 1, procs, timeout=180)
+        asked: list[Asked] = []
+        convs: dict[str, list[Question]] = {}
+        n_facts = 0
+        ingest_s = 0.0
+        for path in files:
+            facts, questions = load(path)
+            ns = f"locomo_{path.stem.replace('-', '_')}"
+            convs[ns] = questions
+            pointed = {d for _, _, ids in facts for d in ids}
+            async with await MemoryBus.connect(stack.nats_url, namespace=ns, timeout=60) as bus:
+                ingest_s += await ingest(bus, facts)
+                n_facts += len(facts)
+                asked += await collect(bus, ns, questions, pointed)
+        print(
+            f"\nembedder {embedder}: {n_facts} memories, {len(asked)} questions, cross-validated"
+            f" by conversation; ingest {n_facts / ingest_s:,.0f} memories/s"
+        )
+        print("  ans*: over the questions some observation points at (the ceiling of the others)")
+        base_ranks, base_lat, procs = await timed_pass(stack, base, convs, procs)
+        by_conv = {c: [a for a in asked if a.conv == c] for c in convs}
+        print(HEADER)
+        print(
+            table_row(
+                "first stage (bus)",
+                asked,
+                [r for c in convs for r in base_ranks[c]],
+                statistics.median(base_lat),
+            )
+        )
+        off = [first_hit(a.dias, a.evidence) for a in asked]
+        print(table_row("first stage (collected top 30)", asked, off, None))
+        for stage in stages:
+            if stage == "e5":
+                if embedder == "e5":
+                    continue  # a second opinion from the first stage's own model
+                from handlers.embed.e5 import E5Model
+
+                model = E5Model()
+                for a in asked:
+                    q = model.queries([a.question])[0]
+                    a.second = (
+                        [float(x) for x in model.passages(a.contents) @ q] if a.contents else []
+                    )
+                fold_ranks: list[int | None] = []
+                fold_asked: list[Asked] = []
+                for train, test in cv_folds(list(convs)):
+                    w = tune([a for c in train for a in by_conv[c]], E5_WEIGHTS)
+                    ranks = e5_ranks(by_conv[test], w)
+                    fold_ranks += ranks
+                    fold_asked += by_conv[test]
+                    print(
+                        table_row(
+                            f"  fold {test[7:]} off",
+                            by_conv[test],
+                            [first_hit(a.dias, a.evidence) for a in by_conv[test]],
+                            None,
+                        )
+                    )
+                    print(table_row(f"  fold {test[7:]} e5 w={w:g}", by_conv[test], ranks, None))
+                print(table_row("e5 second opinion, CV mean", fold_asked, fold_ranks, None))
+                w_all = tune(asked, E5_WEIGHTS)
+                env = {**base, **STAGES[stage], "MEMBUS_RERANK_WEIGHT": str(w_all)}
+                # An untimed pass computes and caches the stored contents' e5 vectors (what
+                # writes with the stage on do), then a timed one.
+                _, _, procs = await timed_pass(stack, env, convs, procs)
+                ranks_on, lat_on, procs = await timed_pass(stack, env, convs, procs)
+                print(
+                    table_row(
+                        f"e5 w={w_all:g} (bus, fit on all)",
+                        asked,
+                        [r for c in convs for r in ranks_on[c]],
+                        statistics.median(lat_on),
+                    )
+                )
+    finally:
+        for p in procs:
+            p.terminate()
+        stack.stop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--embedders", default="minilm,hash")
     parser.add_argument("--alpha", default=None, help="MEMBUS_HYBRID_ALPHA for the handlers")
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--modes", default=",".join(MODES), help=", ".join(MODES))
+    parser.add_argument(
+        "--cv", action="store_true", help="each stage on and off, cross-validated by conversation"
+    )
+    parser.add_argument("--stages", default=",".join(STAGES), help=", ".join(STAGES))
     args = parser.parse_args()
     unknown = set(args.modes.split(",")) - set(MODES)
     if unknown:
@@ -202,7 +415,10 @@ def main() -> None:
     if not files:
         raise SystemExit(f"no conv-*.json under {args.data}")
     for embedder in args.embedders.split(","):
-        asyncio.run(run(embedder, files, args.alpha, modes))
+        if args.cv:
+            asyncio.run(run_cv(embedder, files, [s for s in args.stages.split(",") if s]))
+        else:
+            asyncio.run(run(embedder, files, args.alpha, modes))
 
 
 if __name__ == "__main__":
