@@ -354,11 +354,11 @@ async def run_cv(embedder: str, files: list[Path], stages: list[str]) -> None:
                 from handlers.embed.e5 import E5Model
 
                 model = E5Model()
+                texts = list(dict.fromkeys(t for a in asked for t in a.contents))
+                passages = dict(zip(texts, model.passages(texts), strict=True))
                 for a in asked:
                     q = model.queries([a.question])[0]
-                    a.second = (
-                        [float(x) for x in model.passages(a.contents) @ q] if a.contents else []
-                    )
+                    a.second = [float(passages[t] @ q) for t in a.contents]
                 fold_ranks: list[int | None] = []
                 fold_asked: list[Asked] = []
                 for train, test in cv_folds(list(convs)):
