@@ -11,6 +11,11 @@ call.
     python bench/locomo.py                      # minilm and hash, every mode
     python bench/locomo.py --embedders minilm --alpha 0.7
     python bench/locomo.py --embedders hash --modes text   # modes: vector,text,linear,rrf,mmr
+    python bench/locomo.py --cv --embedders minilm,e5      # stages on and off, cross-validated
+    python bench/locomo.py --cv --stages e5                # stages: e5 (second opinion), alpha
+
+`--cv` (see "Cross-validated stages" below): each stage's weight tuned on four conversations
+and scored on the fifth, in turn, then confirmed through the bus, with search and add p50.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import re
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -196,22 +202,21 @@ async def run(embedder: str, files: list[Path], alpha: str | None, modes: list[M
 # -- Cross-validated stages (--cv) ---------------------------------------------------------
 #
 # Each question's first-stage candidates (the default search's best DEPTH, with their
-# scores) are collected through the bus once; a stage's weight is then tuned offline on four
+# signals) are collected through the bus once. A stage's weight is then tuned offline on four
 # conversations and scored on the fifth, in turn, so no weight is fitted to what it is scored
-# on. Then the stage runs through the bus with the weight fitted on all five (what a default
-# would be: that row is the optimistic one, the folds' mean the honest one), beside the
-# first stage alone, each with its search latency p50 (handlers restarted before each timed
-# pass, so that no query vector is cached in the process: each search embeds its query).
+# on (the "CV mean" rows: the honest figures). Then the stage runs through the bus with the
+# weight fitted on all five (what a default would be; that row is the optimistic one), beside
+# the first stage alone, each with its search and add latency p50. Handlers are restarted
+# before each timed pass, so no query vector is cached in the process: each search embeds
+# its query, as a new question does.
 
 DEPTH = 30
-# A stage: the handler settings that turn it on.
-STAGES: dict[str, dict[str, str]] = {"e5": {"MEMBUS_RERANK": "e5"}}
-E5_WEIGHTS = [0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 3.0, 5.0]
+ADDS = 100  # sequential adds timed per row
 
 
 @dataclass
 class Asked:
-    """One question and its first stage's candidates, best first."""
+    """One question and its first stage's candidates, best first, with their signals."""
 
     conv: str
     question: str
@@ -219,9 +224,71 @@ class Asked:
     category: int
     answerable: bool  # some observation points at one of its evidence turns
     scores: list[float] = field(default_factory=list)
+    similarity: list[float] = field(default_factory=list)
+    text: list[float] = field(default_factory=list)
     contents: list[str] = field(default_factory=list)
     dias: list[list[str]] = field(default_factory=list)
-    second: list[float] = field(default_factory=list)  # the second model's cosines
+    # Each stage's own signal per candidate, computed offline by its `prepare`.
+    signals: dict[str, list[float]] = field(default_factory=dict)
+
+
+@dataclass
+class Stage:
+    """A stage: the handler settings that turn it on, the setting whose weight is tuned and
+    the weights tried, how its signal is computed for the collected candidates, and their
+    order (indices, best first) under a weight."""
+
+    env: dict[str, str]
+    weight_var: str
+    weights: list[float]
+    prepare: Callable[[list[Asked]], None]
+    order: Callable[[Asked, float], list[int]]
+    # First-stage embedders it is no stage for (a second opinion from the same model).
+    not_with: tuple[str, ...] = ()
+
+
+def _e5_prepare(asked: list[Asked]) -> None:
+    from handlers.embed.e5 import E5Model
+
+    model = E5Model()
+    texts = list(dict.fromkeys(t for a in asked for t in a.contents))
+    passages = dict(zip(texts, model.passages(texts), strict=True))
+    for a in asked:
+        q = model.queries([a.question])[0]
+        a.signals["e5"] = [float(passages[t] @ q) for t in a.contents]
+
+
+def _e5_order(a: Asked, weight: float) -> list[int]:
+    from handlers.ops.rerank import fused_order
+
+    return fused_order(a.scores, a.signals["e5"], weight)
+
+
+def _alpha_order(a: Asked, alpha: float) -> list[int]:
+    # Importance and recency are alike across LoCoMo's memories: relevance orders them.
+    fused = [alpha * c + (1 - alpha) * t for c, t in zip(a.similarity, a.text, strict=True)]
+    return sorted(range(len(fused)), key=lambda i: (-fused[i], i))
+
+
+STAGES: dict[str, Stage] = {
+    # The second opinion (handlers/ops/rerank.py).
+    "e5": Stage(
+        {"MEMBUS_RERANK": "e5"},
+        "MEMBUS_RERANK_WEIGHT",
+        [0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 3.0, 5.0],
+        _e5_prepare,
+        _e5_order,
+        not_with=("e5",),
+    ),
+    # The first stage's own weight: cosine against BM25 in linear fusion (default 0.8).
+    "alpha": Stage(
+        {},
+        "MEMBUS_HYBRID_ALPHA",
+        [0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 1.0],
+        lambda asked: None,
+        _alpha_order,
+    ),
+}
 
 
 def cv_folds(groups: list[str]) -> list[tuple[list[str], str]]:
@@ -239,19 +306,18 @@ def recall_mrr(ranks: list[int | None]) -> tuple[float, float]:
     return sum(r is not None for r in ranks) / n, sum(1.0 / r for r in ranks if r) / n
 
 
-def e5_ranks(asked: list[Asked], weight: float) -> list[int | None]:
-    from handlers.ops.rerank import fused_order
-
+def stage_ranks(stage: Stage, asked: list[Asked], weight: float) -> list[int | None]:
     out = []
     for a in asked:
-        order = fused_order(a.scores, a.second, weight) if len(a.scores) > 1 else [0]
+        order = stage.order(a, weight) if len(a.dias) > 1 else list(range(len(a.dias)))
         out.append(first_hit([a.dias[i] for i in order], a.evidence))
     return out
 
 
-def tune(asked: list[Asked], weights: list[float]) -> float:
-    """The weight with the best recall@10 + MRR@10 on `asked` (the smaller of equals)."""
-    return max(weights, key=lambda w: (sum(recall_mrr(e5_ranks(asked, w))), -w))
+def tune(stage: Stage, asked: list[Asked]) -> float:
+    """The weight with the best recall@10 + MRR@10 on `asked` (the first of equals)."""
+    best = max(sum(recall_mrr(stage_ranks(stage, asked, w))) for w in stage.weights)
+    return next(w for w in stage.weights if sum(recall_mrr(stage_ranks(stage, asked, w))) == best)
 
 
 async def collect(
@@ -264,66 +330,103 @@ async def collect(
         a = Asked(conv, question, evidence, category, bool(evidence & pointed))
         for hit in reply.results:
             a.scores.append(hit.score)
+            a.similarity.append(hit.similarity)
+            a.text.append(hit.text_score)
             a.contents.append(hit.content)
             a.dias.append(list(hit.metadata.get("dia", [])))
         out.append(a)
     return out
 
 
+class Handlers:
+    """The one handler process of the run, restarted with other settings over the same data."""
+
+    def __init__(self, stack: EmbeddedStack) -> None:
+        self.stack = stack
+        self.procs: list[Any] = []
+
+    async def restart(self, env: dict[str, str]) -> None:
+        self.stop()
+        self.procs = self.stack.start_handlers(1, env)
+        await wait_for_handlers(self.stack.nats_url, 1, self.procs, timeout=180)
+
+    def stop(self) -> None:
+        for p in self.procs:
+            p.terminate()
+        for p in self.procs:
+            p.wait()
+        self.procs = []
+
+
 async def timed_pass(
-    stack: EmbeddedStack, env: dict[str, str], convs: dict[str, list[Question]], procs: list[Any]
-) -> tuple[dict[str, list[int | None]], list[float], list[Any]]:
-    """Handlers restarted with `env`, then every question searched at limit 10: ranks per
-    conversation and the latencies."""
-    for p in procs:
-        p.terminate()
-    for p in procs:
-        p.wait()
-    procs = stack.start_handlers(1, env)
-    await wait_for_handlers(stack.nats_url, 1, procs, timeout=180)
-    ranks: dict[str, list[int | None]] = {}
+    handlers: Handlers, env: dict[str, str], convs: dict[str, list[Question]]
+) -> tuple[list[int | None], list[float]]:
+    """Handlers restarted with `env`, then every question searched at limit 10: the ranks,
+    and the latencies."""
+    await handlers.restart(env)
+    ranks: list[int | None] = []
     lat: list[float] = []
     for conv, questions in convs.items():
-        async with await MemoryBus.connect(stack.nats_url, namespace=conv, timeout=60) as bus:
+        url = handlers.stack.nats_url
+        async with await MemoryBus.connect(url, namespace=conv, timeout=60) as bus:
             r, t = await evaluate(bus, questions, "hybrid", None, None)
-            ranks[conv], lat = r, lat + t
-    return ranks, lat, procs
+            ranks, lat = ranks + r, lat + t
+    return ranks, lat
 
 
-def table_row(name: str, asked: list[Asked], ranks: list[int | None], p50: float | None) -> str:
+async def add_p50(handlers: Handlers, facts: list[str], tag: str) -> float:
+    """p50 ms of sequential adds of texts no cache has seen, to a scratch namespace."""
+    mem_ns = f"locomo_adds_{tag}"
+    lat = []
+    async with await MemoryBus.connect(handlers.stack.nats_url, namespace=mem_ns) as bus:
+        mem = bus.agent(agent_id="adder")
+        for fact in facts:
+            t0 = time.perf_counter()
+            await mem.add("fact", f"{fact} [{tag}]", dedup="none")
+            lat.append((time.perf_counter() - t0) * 1000)
+    return statistics.median(lat)
+
+
+def table_row(
+    name: str,
+    asked: list[Asked],
+    ranks: list[int | None],
+    p50: float | None = None,
+    add: float | None = None,
+) -> str:
     r10, mrr = recall_mrr(ranks)
-    ans = [r for r, a in zip(ranks, asked, strict=True) if a.answerable]
-    ar10, amrr = recall_mrr(ans)
+    ar10, amrr = recall_mrr([r for r, a in zip(ranks, asked, strict=True) if a.answerable])
     cats = []
     for c in (1, 2, 3, 4):
         rc = [r for r, a in zip(ranks, asked, strict=True) if a.category == c]
         cats.append("{:.2f}/{:.2f}".format(*recall_mrr(rc)))
-    lat = f"{p50:>8.1f}" if p50 is not None else f"{'-':>8}"
-    return f"{name:<30}{r10:>7.3f}{mrr:>8.3f}{ar10:>8.3f}{amrr:>8.3f}{lat}  " + " ".join(cats)
+    ms = "".join(f"{x:>8.1f}" if x is not None else f"{'-':>8}" for x in (p50, add))
+    return f"{name:<34}{r10:>7.3f}{mrr:>8.3f}{ar10:>8.3f}{amrr:>8.3f}{ms}  " + " ".join(cats)
 
 
 HEADER = (
-    f"{'':<30}{'R@10':>7}{'MRR@10':>8}{'ansR@10':>8}{'ansMRR':>8}{'p50 ms':>8}"
+    f"{'':<34}{'R@10':>7}{'MRR@10':>8}{'ansR@10':>8}{'ansMRR':>8}{'srch p50':>8}{'add p50':>8}"
     "  per category 1-4 (R@10/MRR@10)"
 )
 
 
 async def run_cv(embedder: str, files: list[Path], stages: list[str]) -> None:
     stack = EmbeddedStack.temporary()
-    procs: list[Any] = []
+    handlers = Handlers(stack)
     try:
         stack.start_servers()
         base = {"MEMBUS_EMBEDDER": embedder}
-        procs = stack.start_handlers(1, base)
-        await wait_for_handlers(stack.nats_url, 1, procs, timeout=180)
+        await handlers.restart(base)
         asked: list[Asked] = []
         convs: dict[str, list[Question]] = {}
         n_facts = 0
         ingest_s = 0.0
+        texts: list[str] = []
         for path in files:
             facts, questions = load(path)
             ns = f"locomo_{path.stem.replace('-', '_')}"
             convs[ns] = questions
+            texts += [f for f, _, _ in facts]
             pointed = {d for _, _, ids in facts for d in ids}
             async with await MemoryBus.connect(stack.nats_url, namespace=ns, timeout=60) as bus:
                 ingest_s += await ingest(bus, facts)
@@ -334,65 +437,43 @@ async def run_cv(embedder: str, files: list[Path], stages: list[str]) -> None:
             f" by conversation; ingest {n_facts / ingest_s:,.0f} memories/s"
         )
         print("  ans*: over the questions some observation points at (the ceiling of the others)")
-        base_ranks, base_lat, procs = await timed_pass(stack, base, convs, procs)
-        by_conv = {c: [a for a in asked if a.conv == c] for c in convs}
+        print("  srch/add p50: ms through the bus (search at limit 10; adds one at a time)")
         print(HEADER)
-        print(
-            table_row(
-                "first stage (bus)",
-                asked,
-                [r for c in convs for r in base_ranks[c]],
-                statistics.median(base_lat),
-            )
-        )
+        adds = texts[:ADDS]
+        ranks, lat = await timed_pass(handlers, base, convs)
+        add = await add_p50(handlers, adds, "base")
+        print(table_row("first stage (bus)", asked, ranks, statistics.median(lat), add))
         off = [first_hit(a.dias, a.evidence) for a in asked]
-        print(table_row("first stage (collected top 30)", asked, off, None))
-        for stage in stages:
-            if stage == "e5":
-                if embedder == "e5":
-                    continue  # a second opinion from the first stage's own model
-                from handlers.embed.e5 import E5Model
-
-                model = E5Model()
-                texts = list(dict.fromkeys(t for a in asked for t in a.contents))
-                passages = dict(zip(texts, model.passages(texts), strict=True))
-                for a in asked:
-                    q = model.queries([a.question])[0]
-                    a.second = [float(passages[t] @ q) for t in a.contents]
-                fold_ranks: list[int | None] = []
-                fold_asked: list[Asked] = []
-                for train, test in cv_folds(list(convs)):
-                    w = tune([a for c in train for a in by_conv[c]], E5_WEIGHTS)
-                    ranks = e5_ranks(by_conv[test], w)
-                    fold_ranks += ranks
-                    fold_asked += by_conv[test]
-                    print(
-                        table_row(
-                            f"  fold {test[7:]} off",
-                            by_conv[test],
-                            [first_hit(a.dias, a.evidence) for a in by_conv[test]],
-                            None,
-                        )
-                    )
-                    print(table_row(f"  fold {test[7:]} e5 w={w:g}", by_conv[test], ranks, None))
-                print(table_row("e5 second opinion, CV mean", fold_asked, fold_ranks, None))
-                w_all = tune(asked, E5_WEIGHTS)
-                env = {**base, **STAGES[stage], "MEMBUS_RERANK_WEIGHT": str(w_all)}
-                # An untimed pass computes and caches the stored contents' e5 vectors (what
-                # writes with the stage on do), then a timed one.
-                _, _, procs = await timed_pass(stack, env, convs, procs)
-                ranks_on, lat_on, procs = await timed_pass(stack, env, convs, procs)
-                print(
-                    table_row(
-                        f"e5 w={w_all:g} (bus, fit on all)",
-                        asked,
-                        [r for c in convs for r in ranks_on[c]],
-                        statistics.median(lat_on),
-                    )
-                )
+        print(table_row(f"first stage (collected top {DEPTH})", asked, off))
+        by_conv = {c: [a for a in asked if a.conv == c] for c in convs}
+        for name in stages:
+            stage = STAGES[name]
+            if embedder in stage.not_with:
+                continue
+            stage.prepare(asked)
+            print(f"{name} ({stage.weight_var} tuned over {stage.weights}):")
+            fold_ranks: list[int | None] = []
+            fold_asked: list[Asked] = []
+            for train, test in cv_folds(list(convs)):
+                w = tune(stage, [a for c in train for a in by_conv[c]])
+                ranks = stage_ranks(stage, by_conv[test], w)
+                fold_ranks += ranks
+                fold_asked += by_conv[test]
+                off = [first_hit(a.dias, a.evidence) for a in by_conv[test]]
+                print(table_row(f"  fold {test[7:]}: off", by_conv[test], off))
+                print(table_row(f"  fold {test[7:]}: on, weight {w:g}", by_conv[test], ranks))
+            print(table_row(f"  {name}: CV mean (honest)", fold_asked, fold_ranks))
+            w_all = tune(stage, asked)
+            env = {**base, **stage.env, stage.weight_var: str(w_all)}
+            # A pass untimed first: it computes whatever the stage stores beside memories
+            # that were written before it was on (e5: the contents' vectors, cached).
+            await timed_pass(handlers, env, convs)
+            ranks, lat = await timed_pass(handlers, env, convs)
+            add = await add_p50(handlers, adds, name)
+            row = f"  {name} {w_all:g} (bus; fit on all five)"
+            print(table_row(row, asked, ranks, statistics.median(lat), add))
     finally:
-        for p in procs:
-            p.terminate()
+        handlers.stop()
         stack.stop()
 
 
@@ -407,6 +488,8 @@ def main() -> None:
     )
     parser.add_argument("--stages", default=",".join(STAGES), help=", ".join(STAGES))
     args = parser.parse_args()
+    if unknown := set(filter(None, args.stages.split(","))) - set(STAGES):
+        raise SystemExit(f"unknown stages {sorted(unknown)}; known: {', '.join(STAGES)}")
     unknown = set(args.modes.split(",")) - set(MODES)
     if unknown:
         raise SystemExit(f"unknown modes {sorted(unknown)}; known: {', '.join(MODES)}")

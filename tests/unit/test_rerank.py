@@ -14,7 +14,7 @@ from handlers.ops.rerank import fused_order, zscores
 from handlers.settings import SettingsError, load_settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-from locomo import cv_folds, first_hit, recall_mrr
+from locomo import Asked, Stage, cv_folds, first_hit, recall_mrr, tune
 
 
 def test_zscores_centre_and_scale_and_flat_values_give_zeros() -> None:
@@ -58,6 +58,23 @@ def test_hits_count_the_first_memory_citing_an_evidence_turn_within_ten() -> Non
     assert first_hit(dias, {"D7:7"}) is None
     assert first_hit([["D0:0"]] * 10 + [["D1:1"]], {"D1:1"}) is None
     assert recall_mrr([1, None, 2, None]) == (0.5, 0.375)
+
+
+def test_tuning_picks_the_weight_that_ranks_the_training_questions_best() -> None:
+    def ask(dias: list[list[str]]) -> Asked:
+        return Asked("c", "q", {"D1:1"}, 1, True, dias=dias)
+
+    # Weight 1 reverses the candidates: the evidence is last in the first stage's order.
+    stage = Stage(
+        {},
+        "MEMBUS_X",
+        [0.0, 1.0, 2.0],
+        lambda asked: None,
+        lambda a, w: list(range(len(a.dias)))[:: -1 if w == 1.0 else 1],
+    )
+    assert tune(stage, [ask([["D0:0"], ["D1:1"]]), ask([["D0:0"]] * 3 + [["D1:1"]])]) == 1.0
+    # Nothing to gain: the first weight tried.
+    assert tune(stage, [ask([["D1:1"], ["D1:1"]])]) == 0.0
 
 
 def test_rerank_settings_and_a_clear_error_for_a_bad_value() -> None:
