@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import redis.asyncio as aioredis
 from measure import command_stats
 
@@ -410,7 +411,9 @@ HEADER = (
 )
 
 
-async def run_cv(embedder: str, files: list[Path], stages: list[str]) -> None:
+async def run_cv(
+    embedder: str, files: list[Path], stages: list[str], save: Path | None = None
+) -> None:
     stack = EmbeddedStack.temporary()
     handlers = Handlers(stack)
     try:
@@ -447,10 +450,17 @@ async def run_cv(embedder: str, files: list[Path], stages: list[str]) -> None:
         print(table_row(f"first stage (collected top {DEPTH})", asked, off))
         by_conv = {c: [a for a in asked if a.conv == c] for c in convs}
         for name in stages:
+            if embedder not in STAGES[name].not_with:
+                STAGES[name].prepare(asked)
+        if save is not None:
+            # The candidates and their signals, to study a stage offline before building it.
+            path = save.with_name(f"{save.stem}-{embedder}{save.suffix}")
+            path.write_bytes(msgspec.json.encode(asked))
+            print(f"  candidates saved to {path}")
+        for name in stages:
             stage = STAGES[name]
             if embedder in stage.not_with:
                 continue
-            stage.prepare(asked)
             print(f"{name} ({stage.weight_var} tuned over {stage.weights}):")
             fold_ranks: list[int | None] = []
             fold_asked: list[Asked] = []
@@ -487,6 +497,9 @@ def main() -> None:
         "--cv", action="store_true", help="each stage on and off, cross-validated by conversation"
     )
     parser.add_argument("--stages", default=",".join(STAGES), help=", ".join(STAGES))
+    parser.add_argument(
+        "--save", type=Path, default=None, help="--cv: write the candidates to this .json"
+    )
     args = parser.parse_args()
     if unknown := set(filter(None, args.stages.split(","))) - set(STAGES):
         raise SystemExit(f"unknown stages {sorted(unknown)}; known: {', '.join(STAGES)}")
@@ -499,7 +512,8 @@ def main() -> None:
         raise SystemExit(f"no conv-*.json under {args.data}")
     for embedder in args.embedders.split(","):
         if args.cv:
-            asyncio.run(run_cv(embedder, files, [s for s in args.stages.split(",") if s]))
+            stages = [s for s in args.stages.split(",") if s]
+            asyncio.run(run_cv(embedder, files, stages, args.save))
         else:
             asyncio.run(run(embedder, files, args.alpha, modes))
 
