@@ -391,6 +391,8 @@ async def serve(
             await _serve_requests(settings, stop, nc, deps, admission)
         finally:
             keeping.cancel()
+            if deps.reranker is not None:
+                await deps.reranker.close()  # its cache writes still pending
         if restart.is_set():
             raise RestartNeeded("Redis turned out to be a cluster node: start the handler again")
     finally:

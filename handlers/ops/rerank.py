@@ -69,8 +69,12 @@ class SecondOpinion:
         await self.model.close()
 
     async def warm(self, texts: list[str]) -> None:
-        """Compute (and cache) the second vectors of contents being written."""
-        await self.model.embed(texts)
+        """Compute (and cache) the second vectors of contents being written. A failure
+        fails no write: a search computes what is missing."""
+        try:
+            await self.model.embed(texts)
+        except Exception:
+            log.warning("rerank.warm_failed", exc_info=True)
 
     async def rerank(
         self, query: str, ranked: list[Ranked], records: dict[str, Fetched | None]

@@ -38,7 +38,11 @@ async def handler(servers: Servers, rerank: str) -> AsyncIterator[InProcess]:
     async with handler_here(
         servers.nats_url, servers.redis_url, redis_client(servers.redis_url), env
     ) as here:
-        yield here
+        try:
+            yield here
+        finally:
+            if here.deps.reranker is not None:
+                await here.deps.reranker.close()
 
 
 async def ranked(here: InProcess, ns: str, add: bool) -> list[str]:
@@ -77,7 +81,8 @@ async def test_written_contents_get_their_e5_vectors_cached_and_erasure_drops_th
         ):
             mem = bus.agent(agent_id="t")
             ids = [(await mem.add("fact", t, dedup="none")).id for t in texts]
-            await on.deps.reranker.model.close()  # type: ignore[union-attr]  # flush the cache writes
+            # The cache is written after the reply: closing waits for those writes.
+            await on.deps.reranker.model.close()  # type: ignore[union-attr]
             assert await rds.exists(*keys) == len(MEMORIES)
             await mem.delete(ids[:1], erase=True)
             assert await rds.exists(keys[0]) == 0
