@@ -29,6 +29,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -243,7 +244,9 @@ class Stage:
     weight_var: str
     weights: list[float]
     prepare: Callable[[list[Asked]], None]
-    order: Callable[[Asked, float], list[int]]
+    # None: the stage is tuned through the bus, a pass per weight (one that brings in
+    # candidates the first stage did not find cannot be tuned on those).
+    order: Callable[[Asked, float], list[int]] | None
     # First-stage embedders it is no stage for (a second opinion from the same model).
     not_with: tuple[str, ...] = ()
 
@@ -308,6 +311,7 @@ def recall_mrr(ranks: list[int | None]) -> tuple[float, float]:
 
 
 def stage_ranks(stage: Stage, asked: list[Asked], weight: float) -> list[int | None]:
+    assert stage.order is not None
     out = []
     for a in asked:
         order = stage.order(a, weight) if len(a.dias) > 1 else list(range(len(a.dias)))
@@ -315,10 +319,16 @@ def stage_ranks(stage: Stage, asked: list[Asked], weight: float) -> list[int | N
     return out
 
 
+def best_weight(weights: list[float], ranks: Callable[[float], list[int | None]]) -> float:
+    """The weight whose ranks have the best recall@10 + MRR@10 (the first of equals)."""
+    quality = {w: sum(recall_mrr(ranks(w))) for w in weights}
+    best = max(quality.values())
+    return next(w for w in weights if quality[w] == best)
+
+
 def tune(stage: Stage, asked: list[Asked]) -> float:
-    """The weight with the best recall@10 + MRR@10 on `asked` (the first of equals)."""
-    best = max(sum(recall_mrr(stage_ranks(stage, asked, w))) for w in stage.weights)
-    return next(w for w in stage.weights if sum(recall_mrr(stage_ranks(stage, asked, w))) == best)
+    """The stage's best weight on `asked`, from the collected candidates."""
+    return best_weight(stage.weights, lambda w: stage_ranks(stage, asked, w))
 
 
 async def collect(
@@ -361,18 +371,22 @@ class Handlers:
 
 async def timed_pass(
     handlers: Handlers, env: dict[str, str], convs: dict[str, list[Question]]
-) -> tuple[list[int | None], list[float]]:
-    """Handlers restarted with `env`, then every question searched at limit 10: the ranks,
-    and the latencies."""
+) -> tuple[dict[str, list[int | None]], list[float]]:
+    """Handlers restarted with `env`, then every question searched at limit 10: the ranks
+    per conversation, and the latencies."""
     await handlers.restart(env)
-    ranks: list[int | None] = []
+    ranks: dict[str, list[int | None]] = {}
     lat: list[float] = []
     for conv, questions in convs.items():
         url = handlers.stack.nats_url
         async with await MemoryBus.connect(url, namespace=conv, timeout=60) as bus:
-            r, t = await evaluate(bus, questions, "hybrid", None, None)
-            ranks, lat = ranks + r, lat + t
+            ranks[conv], t = await evaluate(bus, questions, "hybrid", None, None)
+            lat += t
     return ranks, lat
+
+
+def flat(ranks: dict[str, list[int | None]], convs: list[str]) -> list[int | None]:
+    return [r for c in convs for r in ranks[c]]
 
 
 async def add_p50(handlers: Handlers, facts: list[str], tag: str) -> float:
@@ -412,7 +426,11 @@ HEADER = (
 
 
 async def run_cv(
-    embedder: str, files: list[Path], stages: list[str], save: Path | None = None
+    embedder: str,
+    files: list[Path],
+    stages: list[str],
+    save: Path | None = None,
+    by_bus: bool = False,
 ) -> None:
     stack = EmbeddedStack.temporary()
     handlers = Handlers(stack)
@@ -443,14 +461,15 @@ async def run_cv(
         print("  srch/add p50: ms through the bus (search at limit 10; adds one at a time)")
         print(HEADER)
         adds = texts[:ADDS]
-        ranks, lat = await timed_pass(handlers, base, convs)
+        by_conv_ranks, lat = await timed_pass(handlers, base, convs)
         add = await add_p50(handlers, adds, "base")
-        print(table_row("first stage (bus)", asked, ranks, statistics.median(lat), add))
+        first = flat(by_conv_ranks, list(convs))
+        print(table_row("first stage (bus)", asked, first, statistics.median(lat), add))
         off = [first_hit(a.dias, a.evidence) for a in asked]
         print(table_row(f"first stage (collected top {DEPTH})", asked, off))
         by_conv = {c: [a for a in asked if a.conv == c] for c in convs}
         for name in stages:
-            if embedder not in STAGES[name].not_with:
+            if embedder not in STAGES[name].not_with and not by_bus:
                 STAGES[name].prepare(asked)
         if save is not None:
             # The candidates and their signals, to study a stage offline before building it.
@@ -461,27 +480,49 @@ async def run_cv(
             stage = STAGES[name]
             if embedder in stage.not_with:
                 continue
-            print(f"{name} ({stage.weight_var} tuned over {stage.weights}):")
+            on_bus = by_bus or stage.order is None
+            how = "a pass through the bus per weight" if on_bus else "offline, top 30"
+            print(f"{name} ({stage.weight_var} tuned over {stage.weights}, {how}):")
+            passes: dict[float, tuple[dict[str, list[int | None]], list[float]]] = {}
+            if on_bus:
+                env = {**base, **stage.env}
+                await timed_pass(handlers, env, convs)  # untimed: see below
+                for w in stage.weights:
+                    passes[w] = await timed_pass(handlers, {**env, stage.weight_var: str(w)}, convs)
+
+            def ranks_of(
+                w: float,
+                test: list[str],
+                stage: Stage = stage,
+                passes: dict[float, tuple[dict[str, list[int | None]], list[float]]] = passes,
+            ) -> list[int | None]:
+                if passes:
+                    return flat(passes[w][0], test)
+                return stage_ranks(stage, [a for c in test for a in by_conv[c]], w)
+
             fold_ranks: list[int | None] = []
             fold_asked: list[Asked] = []
             for train, test in cv_folds(list(convs)):
-                w = tune(stage, [a for c in train for a in by_conv[c]])
-                ranks = stage_ranks(stage, by_conv[test], w)
+                w = best_weight(stage.weights, partial(ranks_of, test=train))
+                ranks = ranks_of(w, [test])
                 fold_ranks += ranks
                 fold_asked += by_conv[test]
-                off = [first_hit(a.dias, a.evidence) for a in by_conv[test]]
-                print(table_row(f"  fold {test[7:]}: off", by_conv[test], off))
+                print(table_row(f"  fold {test[7:]}: off", by_conv[test], by_conv_ranks[test]))
                 print(table_row(f"  fold {test[7:]}: on, weight {w:g}", by_conv[test], ranks))
             print(table_row(f"  {name}: CV mean (honest)", fold_asked, fold_ranks))
-            w_all = tune(stage, asked)
+            w_all = best_weight(stage.weights, partial(ranks_of, test=list(convs)))
             env = {**base, **stage.env, stage.weight_var: str(w_all)}
-            # A pass untimed first: it computes whatever the stage stores beside memories
-            # that were written before it was on (e5: the contents' vectors, cached).
-            await timed_pass(handlers, env, convs)
-            ranks, lat = await timed_pass(handlers, env, convs)
+            if w_all in passes:
+                ranks_all, lat = passes[w_all]
+            else:
+                # A pass untimed first: it computes whatever the stage stores beside memories
+                # written before it was on (e5: the contents' vectors, cached).
+                await timed_pass(handlers, env, convs)
+                ranks_all, lat = await timed_pass(handlers, env, convs)
+            await handlers.restart(env)
             add = await add_p50(handlers, adds, name)
             row = f"  {name} {w_all:g} (bus; fit on all five)"
-            print(table_row(row, asked, ranks, statistics.median(lat), add))
+            print(table_row(row, asked, flat(ranks_all, list(convs)), statistics.median(lat), add))
     finally:
         handlers.stop()
         stack.stop()
@@ -500,6 +541,13 @@ def main() -> None:
     parser.add_argument(
         "--save", type=Path, default=None, help="--cv: write the candidates to this .json"
     )
+    parser.add_argument(
+        "--tune",
+        choices=["offline", "bus"],
+        default="offline",
+        help="--cv: tune each weight on the collected top 30 (offline), or with a pass"
+        " through the bus per weight (exact, slower)",
+    )
     args = parser.parse_args()
     if unknown := set(filter(None, args.stages.split(","))) - set(STAGES):
         raise SystemExit(f"unknown stages {sorted(unknown)}; known: {', '.join(STAGES)}")
@@ -513,7 +561,7 @@ def main() -> None:
     for embedder in args.embedders.split(","):
         if args.cv:
             stages = [s for s in args.stages.split(",") if s]
-            asyncio.run(run_cv(embedder, files, stages, args.save))
+            asyncio.run(run_cv(embedder, files, stages, args.save, args.tune == "bus"))
         else:
             asyncio.run(run(embedder, files, args.alpha, modes))
 
