@@ -119,4 +119,7 @@ def make_reranker(settings: Settings, client: aioredis.Redis) -> SecondOpinion |
             name=EMBED_CACHE, ttl=settings.embed_cache_ttl_s, async_redis_client=client
         )
         model = CachedEmbedder(model, cache)
+    else:
+        # Nowhere to keep the contents' vectors: each search embeds its 30 candidates.
+        log.warning("rerank.uncached", cost="an e5 passage per candidate per search")
     return SecondOpinion(model, settings.rerank_depth, settings.rerank_weight)
