@@ -101,3 +101,17 @@ async def test_configured_without_the_extra_a_handler_starts_and_ranks_as_off(
     async with handler(servers, "e5") as lacking:
         assert lacking.deps.reranker is None
         assert await ranked(lacking, ns, add=False) == plain
+
+
+async def test_a_text_mode_search_is_not_re_ordered(servers: Servers, ns: str) -> None:
+    # Asked for words alone, the caller gets BM25's order, whatever the deployment adds.
+    async with handler(servers, "off") as off, await MemoryBus.connect(namespace=ns, nc=off) as bus:  # type: ignore[arg-type]
+        mem = bus.agent(agent_id="t")
+        for text in MEMORIES:
+            await mem.add("fact", text, dedup="none")
+        plain = [r.id for r in (await mem.search(QUERY, limit=5, mode="text")).results]
+    async with handler(servers, "e5") as on, await MemoryBus.connect(namespace=ns, nc=on) as bus:  # type: ignore[arg-type]
+        mem = bus.agent(agent_id="t")
+        assert [r.id for r in (await mem.search(QUERY, limit=5, mode="text")).results] == plain
+        # The same words in hybrid mode are re-ordered (the first test): the stage is on.
+        assert (await mem.search(QUERY, limit=5)).results[0].content == MEMORIES[ANSWER]
