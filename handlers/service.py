@@ -37,6 +37,7 @@ from handlers.logs import configure_logging
 from handlers.micro import ErrorStats, stop_taking_requests, wants_reply
 from handlers.ops.clock import now_ms
 from handlers.ops.deps import Deps, Publish
+from handlers.ops.rerank import make_reranker
 from handlers.settings import Settings, SettingsError, load_settings
 from handlers.store import layout
 from handlers.store.cluster import Cluster, is_cluster_url
@@ -294,6 +295,7 @@ def make_deps(
         metrics=metrics,
         tracer=tracer,
         streams=streams,
+        reranker=make_reranker(settings, client),
     )
 
 
@@ -389,6 +391,8 @@ async def serve(
             await _serve_requests(settings, stop, nc, deps, admission)
         finally:
             keeping.cancel()
+            if deps.reranker is not None:
+                await deps.reranker.close()  # its cache writes still pending
         if restart.is_set():
             raise RestartNeeded("Redis turned out to be a cluster node: start the handler again")
     finally:

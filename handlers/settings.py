@@ -77,6 +77,12 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     # words are scored among the candidates found only. 1: every word is read.
     text_read_share_max: Annotated[float, msgspec.Meta(gt=0.0, le=1.0)] = 0.02
     text_read_docs_min: Annotated[int, msgspec.Meta(ge=0)] = 1000
+    # The second opinion (handlers/ops/rerank.py): the best `rerank_depth` candidates of a
+    # search re-ordered by z(first stage's score) + `rerank_weight` * z(e5's cosine). Needs
+    # the `e5` extra; "off" by default: it costs a search an e5 query (docs/benchmarks.md).
+    rerank: Literal["off", "e5"] = "off"
+    rerank_depth: Annotated[int, msgspec.Meta(ge=2, le=200)] = 30
+    rerank_weight: Annotated[float, msgspec.Meta(ge=0.0, le=100.0)] = 1.0
     # Near-duplicate threshold (cosine) for `add` with `dedup: "semantic"`.
     dedup_threshold: Annotated[float, msgspec.Meta(ge=0.01, le=1.0)] = 0.95
     # `reconcile` suggests superseding a current memory of the fact's type at least this

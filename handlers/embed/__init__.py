@@ -9,7 +9,7 @@ from handlers.embed.base import Embedder
 from handlers.embed.hashing import HashEmbedder
 from handlers.embed.minilm import MiniLMEmbedder, minilm_available, minilm_missing
 
-EmbedderName = Literal["hash", "minilm", "openai"]
+EmbedderName = Literal["hash", "minilm", "openai", "e5"]
 
 
 def build_embedder(
@@ -29,6 +29,12 @@ def build_embedder(
         if missing is not None:
             raise RuntimeError(f"MEMBUS_EMBEDDER=minilm needs {missing}")
         return MiniLMEmbedder(busy=busy)
+    if name == "e5":
+        from handlers.embed.e5 import E5Embedder, e5_missing
+
+        if (lacks := e5_missing()) is not None:
+            raise RuntimeError(f"MEMBUS_EMBEDDER=e5 needs {lacks}")
+        return E5Embedder(busy=busy)
     from handlers.embed.openai_api import OpenAIEmbedder
 
     return OpenAIEmbedder(openai_base_url, openai_model, openai_api_key)

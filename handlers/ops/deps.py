@@ -17,6 +17,7 @@ from handlers.streams import Streams
 
 if TYPE_CHECKING:  # prometheus-client is in the `observability` extra
     from handlers.metrics import Metrics
+    from handlers.ops.rerank import SecondOpinion
 
 Publish = Callable[[str, bytes], Awaitable[None]]
 
@@ -75,3 +76,5 @@ class Deps:
     # (MEMBUS_METRICS_PORT, OTEL_*), so that they then cost nothing. Only dispatch uses them.
     metrics: Metrics | None = None
     tracer: Tracer | None = None
+    # The search's second opinion (MEMBUS_RERANK); None when off or its extra is missing.
+    reranker: SecondOpinion | None = None

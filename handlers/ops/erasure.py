@@ -23,6 +23,7 @@ from handlers.errors import Forbidden, Unavailable
 from handlers.ops.deps import Deps
 from handlers.ops.events import publish_event
 from handlers.ops.history import entry
+from handlers.ops.rerank import E5_CACHE_MODEL
 from handlers.ops.workspaces import state_is_immutable
 from handlers.store.erasure import Erased
 from handlers.store.keys import EMBED_CACHE
@@ -113,9 +114,13 @@ async def _forget_embeddings(ns: str, contents: list[str], deps: Deps) -> None:
         return
     if isinstance(deps.embedder, CachedEmbedder):
         deps.embedder.forget(contents)
+    if deps.reranker is not None:
+        deps.reranker.forget(contents)
     meta = await deps.store.meta(ns)
-    model = cache_model(meta.embedder, meta.dimension)
-    drop = [entry_key(EMBED_CACHE, t, model) for t in dict.fromkeys(contents)]
+    # The second opinion's vectors too (handlers/ops/rerank.py), whether or not this
+    # handler has it on: another may.
+    models = dict.fromkeys([cache_model(meta.embedder, meta.dimension), E5_CACHE_MODEL])
+    drop = [entry_key(EMBED_CACHE, t, m) for t in dict.fromkeys(contents) for m in models]
     await deps.store.erasure.drop(drop)
 
 

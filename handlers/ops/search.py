@@ -65,8 +65,14 @@ async def search(ns: str, req: SearchRequest, deps: Deps) -> SearchReply:
     now = deps.clock()
     diversify = req.diversify is not None and req.diversify < 1.0
     depth = _mmr_depth(req.limit) if diversify else req.limit
-    found = await ranked_candidates(ns, req, deps, now, read=depth)
+    # The second opinion (handlers/ops/rerank.py) re-orders the best of a search by text.
+    texted = req.query and (req.mode or deps.settings.search_mode) != "text"
+    second = deps.reranker if texted else None
+    read = max(depth, second.depth) if second is not None else depth
+    found = await ranked_candidates(ns, req, deps, now, read=read)
     ranked = found.ranked
+    if second is not None and req.query and found.mode != "text":
+        ranked = await second.rerank(req.query, ranked, found.records)
     if req.diversify is not None and diversify and len(ranked) > 1:
         ranked = _diversified(ranked, req.diversify, depth, found.vectors)
     results = await _read_results(ns, req, deps, ranked, now, found.records)

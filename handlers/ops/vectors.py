@@ -3,6 +3,8 @@ handler's embedding of its text."""
 
 from __future__ import annotations
 
+import asyncio
+
 import numpy as np
 import structlog
 
@@ -56,6 +58,10 @@ async def embed_texts(
             f" Send your own `embedding`, or run handlers with MEMBUS_EMBEDDER={meta.embedder}."
         )
     try:
+        if not query and deps.reranker is not None:
+            # Stored texts get the second opinion's vectors too (cached), computed beside.
+            vectors, _ = await asyncio.gather(embedder.embed(texts), deps.reranker.warm(texts))
+            return vectors
         return await (embedder.embed_queries if query else embedder.embed)(texts)
     except Exception as exc:
         log.exception("embedder.failed")
