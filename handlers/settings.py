@@ -32,6 +32,11 @@ class RankWeights(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     recency: Weight = 0.15
     # Weight of min(mention_count / 10, 1): how often the same content was added.
     mention: Weight = 0.0
+    # Query signals (handlers.ops.query_signals; 0: off): added to the score of a memory
+    # whose people or speaker tag is a person the query names, and times how well its time
+    # (valid_from, else created_at) fits a time the query names.
+    names: Weight = 0.0
+    times: Weight = 0.0
     # Recency falls linearly from 1.0 (created now) to 0.0 at this age.
     recency_days: Annotated[float, msgspec.Meta(ge=0.001)] = 30.0
 
@@ -134,6 +139,8 @@ _NESTED = {
     "MEMBUS_RANK_RECENCY": ("weights", "recency"),
     "MEMBUS_RANK_MENTION": ("weights", "mention"),
     "MEMBUS_RECENCY_DAYS": ("weights", "recency_days"),
+    "MEMBUS_RANK_NAMES": ("weights", "names"),
+    "MEMBUS_RANK_TIMES": ("weights", "times"),
 }
 VARIABLES: dict[str, tuple[str, ...]] = {
     **{

@@ -29,6 +29,7 @@ from handlers.store.policy import HybridPolicy
 from handlers.store.record import (
     CANDIDATE_FIELDS,
     RECORD_FIELDS,
+    SIGNAL_FIELDS,
     Candidate,
     Mentions,
     Record,
@@ -111,8 +112,10 @@ class Queries:
         k: int,
         policy_key: str | None = None,
         scoped: Scoped | None = None,
+        signals: bool = False,
     ) -> Search:
-        """`knn`'s query, to send with others (`run`); its page decodes as `Candidate`s."""
+        """`knn`'s query, to send with others (`run`); its page decodes as `Candidate`s
+        (`signals`: with the query signals' fields too)."""
 
         async def query(space: Namespace) -> VectorQuery:
             # A pooled namespace is small: scanning its own vectors is exact and fastest.
@@ -124,7 +127,7 @@ class Queries:
             return VectorQuery(
                 vector=vector.astype(np.float32).tobytes(),
                 vector_field_name=VECTOR_FIELD,
-                return_fields=list(CANDIDATE_FIELDS),
+                return_fields=[*CANDIDATE_FIELDS, *(SIGNAL_FIELDS if signals else ())],
                 filter_expression=space.confine(where),
                 num_results=k,
                 hybrid_policy=policy,
