@@ -207,7 +207,9 @@ def report(name: str, out: Outcome, stores: list[str]) -> None:
         cats = [c for (s, _), v in out.cats.items() if s == store for c in v]
         r10, mrr = figures(ranks)
         per = " ".join(
-            "c{}:{:.3f}/{:.3f}".format(c, *figures([r for r, k in zip(ranks, cats) if k == c]))
+            "c{}:{:.3f}/{:.3f}".format(
+                c, *figures([r for r, k in zip(ranks, cats, strict=True) if k == c])
+            )
             for c in (1, 2, 3, 4)
         )
         print(f"{name:<22}{store:<7}{r10:>7.3f}{mrr:>8.3f}  {per}  p50 {p50:.2f} p99 {p99:.2f}")
