@@ -229,7 +229,9 @@ def cross_validated(
 ) -> tuple[float, float, list[str]]:
     """Each conversation scored with the weight of `family` (configs named family:weight, and
     base as weight 0) best on the other four."""
-    members = {k: v for k, v in runs.items() if k == "base" or k.split(":")[0] == family}
+    members = {
+        k: v for k, v in runs.items() if k == "base" or "+" not in k and k.split(":")[0] == family
+    }
     pooled: list[int | None] = []
     chosen = []
     for held in convs:
@@ -308,6 +310,74 @@ async def run(embedder: str, files: list[Path], configs: list[str], stores: list
         stack.stop()
 
 
+def items_2000(files: list[Path], n: int = 2000) -> tuple[list[tuple[str, str]], list[str]]:
+    """Target (b)'s namespace (bench/targets.py): the observations, then the conversations'
+    own turns, up to `n`; and the questions of categories 1-4."""
+    observations: list[tuple[str, str]] = []
+    turns: list[tuple[str, str]] = []
+    questions: list[str] = []
+    for path in files:
+        conv = read(path)
+        observations += [(f.content, f.speaker) for f in conv.facts]
+        questions += [q for q, _, _ in conv.questions]
+        c = json.loads(path.read_text())
+        c = c.get("conversation", c)
+        for key in sorted(
+            (k for k in c if re.fullmatch(r"session_\d+", k)), key=lambda k: int(k.split("_")[1])
+        ):
+            turns += [(t["text"], t["speaker"]) for t in c[key] if t.get("text")]
+    return (observations + turns)[:n], questions
+
+
+async def latency(embedder: str, files: list[Path], configs: list[str], rounds: int) -> None:
+    """Search p50 over 2,000 memories per configuration, blocks alternating (A B A B ...),
+    every question asked once before so that its embedding is cached for all of them."""
+    items, questions = items_2000(files)
+    stack = EmbeddedStack.temporary()
+    try:
+        stack.start_servers()
+        lat: dict[str, list[float]] = {c: [] for c in configs}
+        for r in range(rounds):
+            for config in configs:
+                env, _ = env_of(config)
+                procs = stack.start_handlers(1, {"MEMBUS_EMBEDDER": embedder, **env})
+                await wait_for_handlers(stack.nats_url, 1, procs, timeout=180)
+                async with await MemoryBus.connect(
+                    stack.nats_url, namespace="locomo2k", timeout=60
+                ) as bus:
+                    if r == 0 and config == configs[0]:
+                        mem = bus.agent(agent_id="locomo")
+                        for i in range(0, len(items), BATCH):
+                            await asyncio.gather(
+                                *(
+                                    mem.add("fact", t, tags=[tag_of(s)], dedup="none")
+                                    for t, s in items[i : i + BATCH]
+                                )
+                            )
+                        await asyncio.sleep(SETTLE_S)
+                    asker = bus.agent(agent_id="asker")
+                    for q in questions[:50]:  # warm the handler
+                        await asker.search(q, limit=10)
+                    if r == 0 and config == configs[0]:
+                        for q in questions:
+                            await asker.search(q, limit=10)
+                    block = []
+                    for q in questions:
+                        t0 = time.perf_counter()
+                        await asker.search(q, limit=10)
+                        block.append((time.perf_counter() - t0) * 1000)
+                    lat[config] += block
+                    print(
+                        f"round {r} {config:<24} p50 {statistics.median(block):.2f} ms", flush=True
+                    )
+                for proc in procs:
+                    stack.stop_handler(proc)
+        for config, samples in lat.items():
+            print(f"{config:<24} p50 {statistics.median(samples):.2f} ms over {len(samples)}")
+    finally:
+        stack.stop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--embedder", default="minilm")
@@ -318,10 +388,19 @@ def main() -> None:
         help="comma-separated; each base, names:W, times:W, prf, neighbours, or parts joined by +",
     )
     parser.add_argument("--stores", default="plain,dated")
+    parser.add_argument(
+        "--latency",
+        type=int,
+        default=0,
+        help="instead: this many rounds of search p50 at 2,000 memories per configuration",
+    )
     args = parser.parse_args()
     files = sorted(args.data.glob("conv-*.json"))
     if not files:
         raise SystemExit(f"no conv-*.json under {args.data}")
+    if args.latency:
+        asyncio.run(latency(args.embedder, files, args.configs.split(","), args.latency))
+        return
     asyncio.run(run(args.embedder, files, args.configs.split(","), args.stores.split(",")))
 
 

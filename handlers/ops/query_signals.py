@@ -253,6 +253,29 @@ def time_match(window: Window, start_ms: int, end_ms: int | None) -> float:
     return max(0.0, 1.0 - gap / slack)
 
 
+NAME_FIELDS = ("tags", "related_people")
+TIME_FIELDS = ("valid_from", "valid_until")
+
+
+def fields_needed(query: str, now_ms: int, weights: RankWeights) -> tuple[str, ...]:
+    """The candidates' fields `boost` reads for this query: none unless a signal is on and
+    the query holds what it looks for (a capitalised word not at a sentence start, or a
+    first word that could be a name; a time). Returning them makes Redis read each
+    candidate's hash (none is sortable), so a query without either costs nothing more."""
+    fields: tuple[str, ...] = ()
+    if weights.names > 0 and _may_name(query):
+        fields += NAME_FIELDS
+    if weights.times > 0 and time_window(query, now_ms) is not None:
+        fields += TIME_FIELDS
+    return fields
+
+
+def _may_name(query: str) -> bool:
+    """Whether the query has a word a name could be: any word when known names are
+    matched in any case (people), so only an empty query has none."""
+    return any(len(name_key(m.group(0))) >= 2 for m in _TOKEN_RE.finditer(query))
+
+
 def boost(query: str, now_ms: int, weights: RankWeights, candidates: Iterable[Candidate]) -> None:
     """Set each candidate's `boost`: `weights.names` if it carries a person the query names
     (its people, or a speaker's tag), plus `weights.times` times how well its time fits the

@@ -137,8 +137,9 @@ async def ranked_candidates(
     if mode != "text":
         vec = await request_vector(ns, deps, text=req.query, given=req.embedding, query=True)
     scored_among = rare != terms and vec is not None
-    # The query signals read the candidates' people, tags and times (see `_final`).
-    signals = bool(req.query) and (settings.weights.names > 0 or settings.weights.times > 0)
+    # The candidates' fields the query signals read (people, tags, times; see `_final`):
+    # none unless the query names someone or some time and that signal is on.
+    signals = query_signals.fields_needed(req.query or "", now, settings.weights)
     queries, text, reads = deps.store.queries, deps.store.text, deps.store.reads
     searches = []
     if vec is not None:

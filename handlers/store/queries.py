@@ -29,7 +29,6 @@ from handlers.store.policy import HybridPolicy
 from handlers.store.record import (
     CANDIDATE_FIELDS,
     RECORD_FIELDS,
-    SIGNAL_FIELDS,
     Candidate,
     Mentions,
     Record,
@@ -112,10 +111,10 @@ class Queries:
         k: int,
         policy_key: str | None = None,
         scoped: Scoped | None = None,
-        signals: bool = False,
+        signals: Sequence[str] = (),
     ) -> Search:
         """`knn`'s query, to send with others (`run`); its page decodes as `Candidate`s
-        (`signals`: with the query signals' fields too)."""
+        (with the query signals' fields in `signals` too: `SIGNAL_FIELDS`)."""
 
         async def query(space: Namespace) -> VectorQuery:
             # A pooled namespace is small: scanning its own vectors is exact and fastest.
@@ -127,7 +126,7 @@ class Queries:
             return VectorQuery(
                 vector=vector.astype(np.float32).tobytes(),
                 vector_field_name=VECTOR_FIELD,
-                return_fields=[*CANDIDATE_FIELDS, *(SIGNAL_FIELDS if signals else ())],
+                return_fields=[*CANDIDATE_FIELDS, *signals],
                 filter_expression=space.confine(where),
                 num_results=k,
                 hybrid_policy=policy,

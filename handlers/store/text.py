@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import redis.asyncio as aioredis
 from redis.commands.search.query import Query
@@ -20,7 +20,7 @@ from handlers.store.failures import Guard
 from handlers.store.filters import CURRENT
 from handlers.store.indexes import Namespace
 from handlers.store.queries import Queries
-from handlers.store.record import CANDIDATE_FIELDS, SIGNAL_FIELDS, Record
+from handlers.store.record import CANDIDATE_FIELDS, Record
 from handlers.store.resp import Found, text
 from handlers.store.schema import TEXT_FIELDS
 from handlers.store.trip import Search
@@ -295,7 +295,7 @@ class Text:
         k: int,
         current: bool = False,
         finding: bool = False,
-        signals: bool = False,
+        signals: Sequence[str] = (),
     ) -> Search:
         """The query of the k best full-text (BM25) matches of any of `terms` in content or
         tags (with `current`, none superseded), to send with others (`Queries.run`); its
@@ -303,9 +303,9 @@ class Text:
         `scores_search` scores afterwards, so it reads each word's first form alone (the one
         holding the word itself, `word_forms`): less Redis time, the same memories found
         (docs/benchmarks.md, "Why the text query is shaped so"), and without their scores,
-        which that scoring replaces. `signals`: with the query signals' fields too."""
+        which that scoring replaces. `signals`: the query signals' fields it returns too."""
 
-        fields = [*CANDIDATE_FIELDS, *(SIGNAL_FIELDS if signals else ())]
+        fields = [*CANDIDATE_FIELDS, *signals]
 
         async def query(space: Namespace) -> Query:
             forms = await self._word_forms(space, terms, finding)

@@ -9,8 +9,11 @@ import pytest
 
 from handlers.ops.query_signals import (
     DAY_MS,
+    NAME_FIELDS,
+    TIME_FIELDS,
     Window,
     boost,
+    fields_needed,
     known_names,
     name_parts,
     query_names,
@@ -158,3 +161,12 @@ def test_boost_is_nothing_when_off() -> None:
     caroline = candidate("a", tags=("caroline",), valid_from=ms(2023, 10, 13))
     boost("What did Caroline paint on October 13, 2023?", NOW, RankWeights(), [caroline])
     assert caroline.boost == 0.0
+
+
+def test_fields_are_read_only_for_a_signal_that_is_on_and_has_something_to_match() -> None:
+    times = RankWeights(times=0.2)
+    assert fields_needed("What happened in October 2023?", NOW, times) == TIME_FIELDS
+    assert fields_needed("What happened at the offsite?", NOW, times) == ()
+    assert fields_needed("What happened in October 2023?", NOW, RankWeights()) == ()
+    both = RankWeights(names=0.1, times=0.2)
+    assert fields_needed("Dana in May 2023", NOW, both) == NAME_FIELDS + TIME_FIELDS
