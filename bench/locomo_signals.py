@@ -43,6 +43,7 @@ from locomo import DATA, load, tag_of
 
 from bus import MemoryBus
 from deploy.embedded import EmbeddedStack, wait_for_handlers
+from handlers.ops.query_signals import time_window
 from handlers.ops.terms import STOPWORDS
 
 BATCH = 32
@@ -230,7 +231,7 @@ def cross_validated(
     """Each conversation scored with the weight of `family` (configs named family:weight, and
     base as weight 0) best on the other four."""
     members = {
-        k: v for k, v in runs.items() if k == "base" or "+" not in k and k.split(":")[0] == family
+        k: v for k, v in runs.items() if k == "base" or ("+" not in k and k.split(":")[0] == family)
     }
     pooled: list[int | None] = []
     chosen = []
@@ -372,8 +373,14 @@ async def latency(embedder: str, files: list[Path], configs: list[str], rounds: 
                     )
                 for proc in procs:
                     stack.stop_handler(proc)
+        now = int(time.time() * 1000)
+        timed = [time_window(q, now) is not None for q in questions] * rounds
         for config, samples in lat.items():
-            print(f"{config:<24} p50 {statistics.median(samples):.2f} ms over {len(samples)}")
+            some = [x for x, t in zip(samples, timed, strict=True) if t]
+            print(
+                f"{config:<24} p50 {statistics.median(samples):.2f} ms over {len(samples)};"
+                f" the {len(some)} naming a time: {statistics.median(some):.2f} ms"
+            )
     finally:
         stack.stop()
 
