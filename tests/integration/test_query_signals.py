@@ -1,6 +1,6 @@
 """The query signals on real Redis (handlers.ops.query_signals): a memory carrying the
 person a question names, or held at the time it names, is lifted by the setting's weight;
-with the settings at 0 (the default) nothing changes, and the search's rules still hold.
+with a setting at 0 nothing changes, and the search's rules still hold.
 
 The operations are called directly with settings and a clock the test picks (the functions
 the handlers run), against the session's Redis.
@@ -58,7 +58,7 @@ async def order(ns: str, deps: operations.Deps, query: str, mode: str = "hybrid"
 
 async def test_a_named_person_lifts_the_memories_about_them(in_process, ns: str) -> None:
     clock = Clock()
-    off = with_weights(in_process, clock)
+    off = with_weights(in_process, clock, names=0.0, times=0.0)
     on = with_weights(in_process, clock, names=0.1)
     content = "likes long hikes in the mountains"
     dana, sam = await two_equal(
@@ -82,7 +82,7 @@ async def test_a_named_person_lifts_the_memories_about_them(in_process, ns: str)
 
 async def test_a_speaker_tag_counts_as_the_person(in_process, ns: str) -> None:
     clock = Clock()
-    off = with_weights(in_process, clock)
+    off = with_weights(in_process, clock, names=0.0, times=0.0)
     on = with_weights(in_process, clock, names=0.1)
     content = "went to a pottery class"
     caroline, melanie = await two_equal(
@@ -104,7 +104,7 @@ def at(year: int, month: int, day: int) -> datetime:
 
 async def test_a_named_time_lifts_the_memories_held_then(in_process, ns: str) -> None:
     clock = Clock()
-    off = with_weights(in_process, clock)
+    off = with_weights(in_process, clock, names=0.0, times=0.0)
     on = with_weights(in_process, clock, times=0.1)
     content = "the team moved the offsite"
     october, may = await two_equal(
@@ -117,6 +117,9 @@ async def test_a_named_time_lifts_the_memories_held_then(in_process, ns: str) ->
 
     assert await order(ns, off, "What happened to the offsite in October 2023?") == [may, october]
     assert await order(ns, on, "What happened to the offsite in October 2023?") == [october, may]
+    # On by default.
+    default = with_weights(in_process, clock)
+    assert await order(ns, default, "the offsite in October 2023") == [october, may]
     # A month alone matches it in any year; a time neither fits changes nothing.
     assert await order(ns, on, "the offsite in May") == [may, october]
     assert await order(ns, on, "the offsite in 2019") == [may, october]
@@ -146,5 +149,5 @@ async def test_signals_keep_superseded_memories_out(in_process, ns: str) -> None
     assert {r.id for r in (await search_ops.search(ns, req, on)).results} == {old.id, new.id}
 
 
-def test_weights_default_to_off() -> None:
-    assert (RankWeights().names, RankWeights().times) == (0.0, 0.0)
+def test_by_default_times_count_and_names_do_not() -> None:
+    assert (RankWeights().names, RankWeights().times) == (0.0, 0.2)

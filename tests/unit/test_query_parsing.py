@@ -159,7 +159,7 @@ def test_boost_adds_the_weights_of_the_signals_that_fit() -> None:
 
 def test_boost_is_nothing_when_off() -> None:
     caroline = candidate("a", tags=("caroline",), valid_from=ms(2023, 10, 13))
-    boost("What did Caroline paint on October 13, 2023?", NOW, RankWeights(), [caroline])
+    boost("What did Caroline paint on October 13, 2023?", NOW, RankWeights(times=0), [caroline])
     assert caroline.boost == 0.0
 
 
@@ -167,6 +167,7 @@ def test_fields_are_read_only_for_a_signal_that_is_on_and_has_something_to_match
     times = RankWeights(times=0.2)
     assert fields_needed("What happened in October 2023?", NOW, times) == TIME_FIELDS
     assert fields_needed("What happened at the offsite?", NOW, times) == ()
-    assert fields_needed("What happened in October 2023?", NOW, RankWeights()) == ()
+    off = RankWeights(times=0.0)
+    assert fields_needed("What happened in October 2023?", NOW, off) == ()
     both = RankWeights(names=0.1, times=0.2)
     assert fields_needed("Dana in May 2023", NOW, both) == NAME_FIELDS + TIME_FIELDS
