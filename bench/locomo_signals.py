@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import re
 import statistics
@@ -40,11 +41,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from locomo import DATA, load, tag_of
+from roundtrips import InProcess
 
 from bus import MemoryBus
+from contracts.messages import SearchRequest
 from deploy.embedded import EmbeddedStack, wait_for_handlers
+from handlers.logs import configure_logging
 from handlers.ops.query_signals import time_window
 from handlers.ops.terms import STOPWORDS
+from handlers.settings import load_settings
 
 BATCH = 32
 SETTLE_S = 20.0
@@ -331,48 +336,49 @@ def items_2000(files: list[Path], n: int = 2000) -> tuple[list[tuple[str, str]],
 
 
 async def latency(embedder: str, files: list[Path], configs: list[str], rounds: int) -> None:
-    """Search p50 over 2,000 memories per configuration, blocks alternating (A B A B ...),
-    every question asked once before so that its embedding is cached for all of them."""
+    """Search time over 2,000 memories (target (b)'s namespace, bench/targets.py) per
+    configuration, paired: each question asked under every configuration in turn (the order
+    rotating), through `dispatch()` in this process (one model, one Redis; the settings
+    swapped per request), so that the machine's load falls on all of them alike."""
     items, questions = items_2000(files)
     stack = EmbeddedStack.temporary()
+    here: InProcess | None = None
     try:
         stack.start_servers()
+        procs = stack.start_handlers(1, {"MEMBUS_EMBEDDER": embedder})
+        await wait_for_handlers(stack.nats_url, 1, procs, timeout=180)
+        async with await MemoryBus.connect(stack.nats_url, namespace="locomo2k", timeout=60) as bus:
+            mem = bus.agent(agent_id="locomo")
+            for i in range(0, len(items), BATCH):
+                await asyncio.gather(
+                    *(
+                        mem.add("fact", t, tags=[tag_of(s)], dedup="none")
+                        for t, s in items[i : i + BATCH]
+                    )
+                )
+        for proc in procs:
+            stack.stop_handler(proc)
+        await asyncio.sleep(SETTLE_S)
+        configure_logging("warning")  # not a line per request
+        here = InProcess(stack, embedder)
+        deps = {
+            c: dataclasses.replace(here.deps, settings=load_settings({
+                "MEMBUS_EMBEDDER": embedder, "MEMBUS_REDIS_URL": stack.redis_url, **env_of(c)[0]
+            }))
+            for c in configs
+        }  # fmt: skip
+        for q in questions[:50]:  # warm the model and the connections
+            await here.ask("locomo2k", "search", SearchRequest(query=q, limit=10))
         lat: dict[str, list[float]] = {c: [] for c in configs}
         for r in range(rounds):
-            for config in configs:
-                env, _ = env_of(config)
-                procs = stack.start_handlers(1, {"MEMBUS_EMBEDDER": embedder, **env})
-                await wait_for_handlers(stack.nats_url, 1, procs, timeout=180)
-                async with await MemoryBus.connect(
-                    stack.nats_url, namespace="locomo2k", timeout=60
-                ) as bus:
-                    if r == 0 and config == configs[0]:
-                        mem = bus.agent(agent_id="locomo")
-                        for i in range(0, len(items), BATCH):
-                            await asyncio.gather(
-                                *(
-                                    mem.add("fact", t, tags=[tag_of(s)], dedup="none")
-                                    for t, s in items[i : i + BATCH]
-                                )
-                            )
-                        await asyncio.sleep(SETTLE_S)
-                    asker = bus.agent(agent_id="asker")
-                    for q in questions[:50]:  # warm the handler
-                        await asker.search(q, limit=10)
-                    if r == 0 and config == configs[0]:
-                        for q in questions:
-                            await asker.search(q, limit=10)
-                    block = []
-                    for q in questions:
-                        t0 = time.perf_counter()
-                        await asker.search(q, limit=10)
-                        block.append((time.perf_counter() - t0) * 1000)
-                    lat[config] += block
-                    print(
-                        f"round {r} {config:<24} p50 {statistics.median(block):.2f} ms", flush=True
-                    )
-                for proc in procs:
-                    stack.stop_handler(proc)
+            for i, q in enumerate(questions):
+                k = (i + r) % len(configs)
+                for config in configs[k:] + configs[:k]:
+                    here.deps = deps[config]
+                    t0 = time.perf_counter()
+                    await here.ask("locomo2k", "search", SearchRequest(query=q, limit=10))
+                    lat[config].append((time.perf_counter() - t0) * 1000)
+                    await here.settle()
         now = int(time.time() * 1000)
         timed = [time_window(q, now) is not None for q in questions] * rounds
         for config, samples in lat.items():
@@ -382,6 +388,8 @@ async def latency(embedder: str, files: list[Path], configs: list[str], rounds: 
                 f" the {len(some)} naming a time: {statistics.median(some):.2f} ms"
             )
     finally:
+        if here is not None:
+            await here.close()
         stack.stop()
 
 
