@@ -162,9 +162,37 @@ _NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 
 _UNIT_DAYS = {"day": 1, "week": 7, "month": 30, "year": 365}
 
 
+# "before May 2023", "after 2021", "since last June": the time up to or from the one named.
+_BOUND_RE = re.compile(r"\b(before|after|since|until|till|prior\s+to|by)\s+", re.I)
+# The open end of "after 2021": far enough that every memory's time is before it.
+FAR_FUTURE_MS = 253_402_300_799_000  # 9999-12-31
+
+
 def time_window(query: str, now_ms: int) -> Window | None:
     """The time a query is about, or None when it names none. The most specific expression
-    wins: a date, then a month, then a year, then an expression relative to now."""
+    wins: a date, then a month, then a year, then an expression relative to now. Right
+    after "before", "until", "by" or "prior to", the window is everything up to that time;
+    after "after" or "since", everything from it ("since" from its start, "after" from its
+    end). A month of any year has no such side ("before June" gives None)."""
+    named = _named_window(query, now_ms)
+    if named is None:
+        return None
+    for m in _BOUND_RE.finditer(query):
+        if _named_window(query[m.end() :], now_ms) != named:
+            continue
+        if named.month:
+            return None
+        word = m.group(1).lower()
+        if word == "after":
+            return Window(named.end, FAR_FUTURE_MS)
+        if word == "since":
+            return Window(named.start, FAR_FUTURE_MS)
+        return Window(0, named.start)
+    return named
+
+
+def _named_window(query: str, now_ms: int) -> Window | None:
+    """The first time named in `query`, by the order of `time_window`."""
     now = datetime.fromtimestamp(now_ms / 1000, UTC)
     if m := _ISO_RE.search(query):
         year, month = int(m.group(1)), int(m.group(2))
@@ -238,8 +266,8 @@ def _after_preposition(query: str, m: re.Match[str]) -> bool:
 def time_match(window: Window, start_ms: int, end_ms: int | None) -> float:
     """How well a memory's time ([start, end), end None: an instant at start) fits the
     query's window: 1 inside or overlapping, falling linearly to 0 at as far again as the
-    window is long (at least a week) outside it; a memory told of an event a little after
-    it happened still fits. For a month of any year: 1 in that month, less in the month
+    window is long (at least a week, at most a year) outside it; a memory told of an event
+    a little after it happened still fits. For a month of any year: 1 in that month, less in the month
     before or after."""
     if window.month:
         month = datetime.fromtimestamp(start_ms / 1000, UTC).month
@@ -249,7 +277,8 @@ def time_match(window: Window, start_ms: int, end_ms: int | None) -> float:
     if end > window.start and start_ms < window.end:
         return 1.0
     gap = window.start - end if end <= window.start else start_ms - window.end
-    slack = max(window.end - window.start, 7 * DAY_MS)
+    # An open window ("before 2023") slopes over a year at most.
+    slack = min(max(window.end - window.start, 7 * DAY_MS), 366 * DAY_MS)
     return max(0.0, 1.0 - gap / slack)
 
 

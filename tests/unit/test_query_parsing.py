@@ -9,6 +9,7 @@ import pytest
 
 from handlers.ops.query_signals import (
     DAY_MS,
+    FAR_FUTURE_MS,
     NAME_FIELDS,
     TIME_FIELDS,
     Window,
@@ -98,6 +99,11 @@ def test_a_short_form_reaches_the_known_name_it_begins() -> None:
         ("the call on Monday", Window(ms(2026, 11, 23), ms(2026, 11, 24))),
         ("the call last Saturday", Window(ms(2026, 11, 21), ms(2026, 11, 22))),
         ("the outage 3 days ago", Window(ms(2026, 11, 24), ms(2026, 11, 27))),
+        # Up to, or from, the time named.
+        ("What did she do before May 2023?", Window(0, ms(2023, 5, 1))),
+        ("where did they live prior to 2020", Window(0, ms(2020, 1, 1))),
+        ("What changed after October 2023?", Window(ms(2023, 11, 1), FAR_FUTURE_MS)),
+        ("what happened since 2024-03-05", Window(ms(2024, 3, 5), FAR_FUTURE_MS)),
     ],
 )
 def test_time_windows(query: str, window: Window) -> None:
@@ -111,6 +117,8 @@ def test_time_windows(query: str, window: Window) -> None:
         "Which deploy key did we rotate?",
         "port 8080 is open",  # no year
         "When did Caroline go to the support group?",  # asks for a time, names none
+        "What did Melanie do after the road trip?",  # relative to an event: not read
+        "What did we plan before June?",  # a month of any year has no before
     ],
 )
 def test_no_time_named(query: str) -> None:
@@ -128,6 +136,13 @@ def test_time_match_inside_near_and_far() -> None:
     # A day's window still slopes over a week.
     day = Window(ms(2023, 10, 13), ms(2023, 10, 14))
     assert time_match(day, ms(2023, 10, 14) + 3 * DAY_MS + 1, None) == pytest.approx(4 / 7, 0.01)
+
+
+def test_time_match_of_an_open_window_slopes_over_a_year_at_most() -> None:
+    before = Window(0, ms(2023, 5, 1))
+    assert time_match(before, ms(2019, 1, 1), None) == 1.0
+    assert time_match(before, ms(2023, 11, 1), None) == pytest.approx(1 - 184 / 366)
+    assert time_match(before, ms(2024, 6, 1), None) == 0.0
 
 
 def test_time_match_of_a_month_of_any_year() -> None:
