@@ -267,8 +267,8 @@ def time_match(window: Window, start_ms: int, end_ms: int | None) -> float:
     """How well a memory's time ([start, end), end None: an instant at start) fits the
     query's window: 1 inside or overlapping, falling linearly to 0 at as far again as the
     window is long (at least a week, at most a year) outside it; a memory told of an event
-    a little after it happened still fits. For a month of any year: 1 in that month, less in the month
-    before or after."""
+    a little after it happened still fits. For a month of any year: 1 in that month, less
+    in the month before or after."""
     if window.month:
         month = datetime.fromtimestamp(start_ms / 1000, UTC).month
         gap = min((month - window.month) % 12, (window.month - month) % 12)
