@@ -178,17 +178,46 @@ def time_window(query: str, now_ms: int) -> Window | None:
     if named is None:
         return None
     for m in _BOUND_RE.finditer(query):
-        if _named_window(query[m.end() :], now_ms) != named:
-            continue
+        rest = query[m.end() :]
+        if not _DATE_START.match(rest) or _named_window(rest, now_ms) != named:
+            continue  # "hosted by Nate in June 2022": the bound is not the time's
         if named.month:
             return None
         word = m.group(1).lower()
+        if span := _span_before(query[: m.start()]):
+            # "the week before August 3, 2023", "two weeks after": near that time.
+            if word in ("after", "since"):
+                return Window(named.end, named.end + span)
+            return Window(named.start - span, named.start)
         if word == "after":
             return Window(named.end, FAR_FUTURE_MS)
         if word == "since":
             return Window(named.start, FAR_FUTURE_MS)
         return Window(0, named.start)
     return named
+
+
+_DATE_START = re.compile(
+    rf"(?:the\s+)?(?:\d|(?:last|this|next|yesterday|today)\b|(?:{_MONTH_WORDS})\b)", re.I
+)
+_SPAN_RE = re.compile(
+    r"\b(?:(\d+|a|an|one|two|three|four|five|six)\s+)?(day|week|weekend|month|year)s?\s*$|"
+    r"\b(" + "|".join(WEEKDAYS) + r")\s*$",
+    re.I,
+)
+
+
+def _span_before(text: str) -> int:
+    """The span (ms) that the words before a bound give ("the week", "two weeks", "the
+    Sunday", "last weekend"), or 0."""
+    m = _SPAN_RE.search(text)
+    if m is None:
+        return 0
+    if m.group(3):  # a weekday: within the week
+        return 7 * DAY_MS
+    n = _NUMBERS.get((m.group(1) or "one").lower()) or int(m.group(1))
+    unit = m.group(2).lower()
+    return n * {"day": 1, "week": 7, "weekend": 7, "month": 31, "year": 366}[unit] * DAY_MS
 
 
 def _named_window(query: str, now_ms: int) -> Window | None:

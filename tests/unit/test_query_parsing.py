@@ -104,6 +104,19 @@ def test_a_short_form_reaches_the_known_name_it_begins() -> None:
         ("where did they live prior to 2020", Window(0, ms(2020, 1, 1))),
         ("What changed after October 2023?", Window(ms(2023, 11, 1), FAR_FUTURE_MS)),
         ("what happened since 2024-03-05", Window(ms(2024, 3, 5), FAR_FUTURE_MS)),
+        # A span before the bound: near the time named, on that side.
+        (
+            "What did John do the week before August 3, 2023?",
+            Window(ms(2023, 7, 27), ms(2023, 8, 3)),
+        ),
+        (
+            "the puppy she got two weeks before August 11, 2023",
+            Window(ms(2023, 7, 28), ms(2023, 8, 11)),
+        ),
+        ("on the Sunday before October 25, 2022", Window(ms(2022, 10, 18), ms(2022, 10, 25))),
+        ("the day after 2024-03-05", Window(ms(2024, 3, 6), ms(2024, 3, 7))),
+        # "by" that is no bound of the time.
+        ("the party hosted by Nate in June 2022", Window(ms(2022, 6, 1), ms(2022, 7, 1))),
     ],
 )
 def test_time_windows(query: str, window: Window) -> None:
