@@ -54,10 +54,11 @@ from handlers.settings import load_settings
 BATCH = 32
 SETTLE_S = 20.0
 CONFIGS = [
+    "default",
     "base",
     *(f"names:{w}" for w in (0.02, 0.05, 0.1, 0.2)),
-    *(f"times:{w}" for w in (0.02, 0.05, 0.1, 0.2)),
-    "names:0.05+times:0.05",
+    *(f"times:{w}" for w in (0.05, 0.1, 0.2, 0.3, 0.5)),
+    "names:0.05+times:0.2",
     "prf",
     "neighbours",
 ]
@@ -254,8 +255,12 @@ def cross_validated(
 
 
 def env_of(config: str) -> tuple[dict[str, str], str]:
-    """`MEMBUS_*` variables and the client-side stage of a configuration name."""
-    env: dict[str, str] = {}
+    """`MEMBUS_*` variables and the client-side stage of a configuration name: the stages it
+    names are on, every other one off ("base": all off); "default": the handler's
+    defaults."""
+    if config == "default":
+        return {}, ""
+    env = {"MEMBUS_RANK_NAMES": "0", "MEMBUS_RANK_TIMES": "0"}
     stage = ""
     for part in config.split("+"):
         key, _, value = part.partition(":")
@@ -265,7 +270,7 @@ def env_of(config: str) -> tuple[dict[str, str], str]:
             env["MEMBUS_RANK_TIMES"] = value
         elif key in ("prf", "neighbours"):
             stage = key
-        elif key != "base":
+        elif key not in ("base", "default"):
             raise SystemExit(f"unknown configuration part {part!r}")
     return env, stage
 
@@ -400,7 +405,8 @@ def main() -> None:
     parser.add_argument(
         "--configs",
         default=",".join(CONFIGS),
-        help="comma-separated; each base, names:W, times:W, prf, neighbours, or parts joined by +",
+        help="comma-separated; each default (the handler's), base (every stage off),"
+        " names:W, times:W, prf, neighbours, or parts joined by + (the others off)",
     )
     parser.add_argument("--stores", default="plain,dated")
     parser.add_argument(
