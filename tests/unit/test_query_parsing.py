@@ -22,7 +22,7 @@ from handlers.ops.query_signals import (
     time_match,
     time_window,
 )
-from handlers.settings import RankWeights
+from handlers.settings import RankWeights, SettingsError, load_settings
 from handlers.store.record import Candidate
 
 # Saturday 28 November 2026, noon UTC.
@@ -199,3 +199,12 @@ def test_fields_are_read_only_for_a_signal_that_is_on_and_has_something_to_match
     assert fields_needed("What happened in October 2023?", NOW, off) == ()
     both = RankWeights(names=0.1, times=0.2)
     assert fields_needed("Dana in May 2023", NOW, both) == NAME_FIELDS + TIME_FIELDS
+
+
+def test_the_signals_weights_come_from_their_variables() -> None:
+    settings = load_settings({"MEMBUS_EMBEDDER": "hash", "MEMBUS_RANK_TIMES": "0"})
+    assert (settings.weights.times, settings.weights.names) == (0.0, 0.0)
+    settings = load_settings({"MEMBUS_EMBEDDER": "hash", "MEMBUS_RANK_NAMES": "0.05"})
+    assert (settings.weights.times, settings.weights.names) == (0.2, 0.05)
+    with pytest.raises(SettingsError, match="MEMBUS_RANK_NAMES='-1'"):
+        load_settings({"MEMBUS_EMBEDDER": "hash", "MEMBUS_RANK_NAMES": "-1"})
