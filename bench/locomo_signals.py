@@ -1,9 +1,11 @@
 """LoCoMo through the bus with the query signals (issue 38, parts 2-3) on and off.
 
 The memories are those of `bench/locomo.py` (each session observation, the speaker as a tag),
-stored twice per conversation: as that bench stores them ("plain"), and as an agent importing
-a past conversation would ("dated": the session's date as `valid_from`, the speaker in
-`related_people` as well). Each configuration is a set of `MEMBUS_*` variables for fresh
+stored per conversation as that bench stores them ("plain"), as an agent importing a past
+conversation would ("dated": the session's date as `valid_from`, the speaker in
+`related_people` as well), and, with `--stores anon`, as an extractor's memories whose person
+is only in `related_people` ("anon": dated, the speaker's name taken out of the content and
+no speaker tag). Each configuration is a set of `MEMBUS_*` variables for fresh
 handlers over the same Redis; every question of categories 1-4 is asked in both stores.
 Printed per configuration and store: recall@10, MRR@10, both per category, search p50/p99.
 
@@ -118,19 +120,31 @@ def read(path: Path) -> Conversation:
     return Conversation(path.stem, facts, questions)
 
 
-async def ingest(bus: MemoryBus, facts: list[Fact], dated: bool) -> None:
+def unnamed(content: str, speaker: str) -> str:
+    """The observation without its speaker's name ("Caroline's" -> "their", "Caroline" ->
+    "they"), as an extractor writes a memory whose person is in `related_people`."""
+    content = re.sub(rf"\b{re.escape(speaker)}['’]s\b", "their", content)
+    return re.sub(rf"\b{re.escape(speaker)}\b", "they", content)
+
+
+async def ingest(bus: MemoryBus, facts: list[Fact], store: str) -> None:
+    """plain: as bench/locomo.py; dated: with the session's date and the speaker in
+    `related_people`; anon: the speaker in `related_people` only, not in the content nor
+    as a tag (dated too)."""
     mem = bus.agent(agent_id="locomo")
+    plain = store == "plain"
+    anon = store == "anon"
     for i in range(0, len(facts), BATCH):
         await asyncio.gather(
             *(
                 mem.add(
                     "fact",
-                    f.content,
-                    tags=[tag_of(f.speaker)],
+                    unnamed(f.content, f.speaker) if anon else f.content,
+                    tags=[] if anon else [tag_of(f.speaker)],
                     metadata={"dia": f.dia, "session": f.session},
                     dedup="none",
-                    related_people=[f.speaker] if dated else (),
-                    valid_from=f.date if dated else None,
+                    related_people=() if plain else [f.speaker],
+                    valid_from=None if plain else f.date,
                 )
                 for f in facts[i : i + BATCH]
             )
@@ -294,7 +308,7 @@ async def run(embedder: str, files: list[Path], configs: list[str], stores: list
                         async with await MemoryBus.connect(
                             stack.nats_url, namespace=ns, timeout=60
                         ) as bus:
-                            await ingest(bus, conv.facts, store == "dated")
+                            await ingest(bus, conv.facts, store)
                 # A namespace outgrowing the shared pool moves to an index of its own in the
                 # background: asked before that settles, the first configuration scored lower.
                 await asyncio.sleep(SETTLE_S)
