@@ -319,7 +319,7 @@ def time_match(window: Window, start_ms: int, end_ms: int | None) -> float:
     return max(0.0, 1.0 - gap / slack)
 
 
-NAME_FIELDS = ("tags", "related_people")
+NAME_FIELDS = ("tags", "related_people", "content")
 TIME_FIELDS = ("valid_from", "valid_until")
 
 
@@ -344,25 +344,40 @@ def _may_name(query: str) -> bool:
 
 def boost(query: str, now_ms: int, weights: RankWeights, candidates: Iterable[Candidate]) -> None:
     """Set each candidate's `boost`: `weights.names` if it carries a person the query names
-    (its people, or a speaker's tag), plus `weights.times` times how well its time fits the
-    time the query names. Candidates read with the signal fields (`SIGNAL_FIELDS`)."""
+    (its people, or a speaker's tag) whom its content does not name (where the content
+    names them, both arms of the search see the name already: counting it again only pushes
+    the other memories of that person up), plus `weights.times` times how well its time
+    fits the time the query names. Candidates read with the signal fields (`SIGNAL_FIELDS`)."""
     pool = list({id(c): c for c in candidates}.values())
-    names: dict[int, tuple[set[str], set[str]]] = {}
+    names: dict[int, set[str]] = {}
     wanted: set[str] = set()
     if weights.names > 0:
+        people: set[str] = set()
+        speakers: set[str] = set()
         for c in pool:
-            names[id(c)] = (name_parts(c.related_people), tag_names(c.tags))
-        people = set().union(*(p for p, _ in names.values()))
-        speakers = set().union(*(t for _, t in names.values()))
+            mine, tagged = name_parts(c.related_people), tag_names(c.tags)
+            names[id(c)] = mine | tagged
+            people |= mine
+            speakers |= tagged
         wanted = known_names(query_names(query, people, speakers), people | speakers)
+    said = _words_re(wanted) if wanted else None
     window = time_window(query, now_ms) if weights.times > 0 else None
     for c in pool:
         total = 0.0
-        if wanted:
-            people, speakers = names[id(c)]
-            if wanted & people or wanted & speakers:
-                total += weights.names
+        named = wanted & names[id(c)] if said is not None else set()
+        if named and said is not None and not named & _said(said, c.content):
+            total += weights.names
         if window is not None:
             start = c.valid_from if c.valid_from is not None else c.created_at
             total += weights.times * time_match(window, start, c.valid_until)
         c.boost = total
+
+
+def _words_re(names: Iterable[str]) -> re.Pattern[str]:
+    """Any of `names` as whole words, in any case."""
+    words = sorted(names, key=len, reverse=True)
+    return re.compile(r"\b(" + "|".join(map(re.escape, words)) + r")\b", re.I)
+
+
+def _said(pattern: re.Pattern[str], content: str) -> set[str]:
+    return {m.group(1).lower() for m in pattern.finditer(content)}

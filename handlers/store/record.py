@@ -107,6 +107,7 @@ class Candidate(
     # when it held; and what those add to its score (set by the search, never stored).
     tags: tuple[str, ...] = ()
     related_people: list[str] = []
+    content: str = ""
     valid_from: int | None = None
     valid_until: int | None = None
     boost: float = 0.0
@@ -211,7 +212,7 @@ RECORD_FIELDS = ("expires_at", *(f for f in storage_fields(Record) if f != "expi
 # What the search queries return of each candidate (its id comes from the key).
 # The query signals' fields (handlers.ops.query_signals): returned only when a signal is on,
 # as none is sortable, so returning one makes Redis read each candidate's hash.
-SIGNAL_FIELDS = ("tags", "related_people", "valid_from", "valid_until")
+SIGNAL_FIELDS = ("tags", "related_people", "content", "valid_from", "valid_until")
 CANDIDATE_FIELDS = tuple(
     f
     for f in storage_fields(Candidate)

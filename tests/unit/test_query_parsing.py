@@ -185,6 +185,14 @@ def test_boost_adds_the_weights_of_the_signals_that_fit() -> None:
     assert (caroline.boost, melanie.boost) == (0.0, pytest.approx(0.1))
 
 
+def test_a_name_the_content_says_already_is_not_counted_again() -> None:
+    said = candidate("a", tags=("caroline",), content="Caroline went to a pottery class")
+    unsaid = candidate("b", related_people=["Caroline"], content="went to a pottery class")
+    other = candidate("c", related_people=["Melanie"], content="Caroline's friend paints")
+    boost("What class did Caroline take?", NOW, RankWeights(names=0.1), [said, unsaid, other])
+    assert (said.boost, unsaid.boost, other.boost) == (0.0, 0.1, 0.0)
+
+
 def test_boost_is_nothing_when_off() -> None:
     caroline = candidate("a", tags=("caroline",), valid_from=ms(2023, 10, 13))
     boost("What did Caroline paint on October 13, 2023?", NOW, RankWeights(times=0), [caroline])
