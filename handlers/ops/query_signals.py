@@ -325,9 +325,9 @@ TIME_FIELDS = ("valid_from", "valid_until")
 
 def fields_needed(query: str, now_ms: int, weights: RankWeights) -> tuple[str, ...]:
     """The candidates' fields `boost` reads for this query: none unless a signal is on and
-    the query holds what it looks for (a capitalised word not at a sentence start, or a
-    first word that could be a name; a time). Returning them makes Redis read each
-    candidate's hash (none is sortable), so a query without either costs nothing more."""
+    the query holds what it looks for (a capitalised word that could be a name; a time).
+    Returning them makes Redis read each candidate's hash (none is sortable), so a query
+    without either costs nothing more."""
     fields: tuple[str, ...] = ()
     if weights.names > 0 and _may_name(query):
         fields += NAME_FIELDS
@@ -337,9 +337,14 @@ def fields_needed(query: str, now_ms: int, weights: RankWeights) -> tuple[str, .
 
 
 def _may_name(query: str) -> bool:
-    """Whether the query has a word a name could be: any word when known names are
-    matched in any case (people), so only an empty query has none."""
-    return any(len(name_key(m.group(0))) >= 2 for m in _TOKEN_RE.finditer(query))
+    """Whether the query has a word that could be a name: a capitalised one that is no
+    question word, pronoun or date word (where it stands is for `query_names` to weigh).
+    A query in lower case only reads no name fields: most queries an agent writes."""
+    for m in _TOKEN_RE.finditer(query):
+        word = m.group(0)
+        if word[0].isupper() and not word.isupper() and name_key(word) not in _NOT_NAMES:
+            return True
+    return False
 
 
 def boost(query: str, now_ms: int, weights: RankWeights, candidates: Iterable[Candidate]) -> None:

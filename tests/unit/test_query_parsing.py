@@ -207,6 +207,9 @@ def test_fields_are_read_only_for_a_signal_that_is_on_and_has_something_to_match
     assert fields_needed("What happened in October 2023?", NOW, off) == ()
     both = RankWeights(names=0.1, times=0.2)
     assert fields_needed("Dana in May 2023", NOW, both) == NAME_FIELDS + TIME_FIELDS
+    # Names are looked for only in a query with a capitalised word that could be one.
+    assert fields_needed("What did we decide in May?", NOW, both) == TIME_FIELDS
+    assert fields_needed("what does dana like", NOW, both) == ()
 
 
 def test_the_signals_weights_come_from_their_variables() -> None:
