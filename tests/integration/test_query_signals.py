@@ -80,6 +80,24 @@ async def test_a_named_person_lifts_the_memories_about_them(in_process, ns: str)
     assert await order(ns, on, "who likes hikes in the mountains") == [sam, dana]
 
 
+async def test_a_person_the_content_names_is_not_counted_again(in_process, ns: str) -> None:
+    clock = Clock()
+    off = with_weights(in_process, clock, names=0.0, times=0.0)
+    on = with_weights(in_process, clock, names=0.3)
+    content = "Dana likes long hikes in the mountains"
+    dana, sam = await two_equal(
+        ns,
+        off,
+        clock,
+        AddRequest(type="knowledge", content=content, related_people=["Dana"], dedup="none"),
+        AddRequest(type="knowledge", content=content, related_people=["Sam"], dedup="none"),
+    )
+    query = "What does Dana like about hikes?"
+    # Both say "Dana": the text sees the name in both, and the signal adds nothing.
+    assert await order(ns, off, query) == [sam, dana]
+    assert await order(ns, on, query) == [sam, dana]
+
+
 async def test_a_speaker_tag_counts_as_the_person(in_process, ns: str) -> None:
     clock = Clock()
     off = with_weights(in_process, clock, names=0.0, times=0.0)
