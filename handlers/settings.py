@@ -32,6 +32,15 @@ class RankWeights(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     recency: Weight = 0.15
     # Weight of min(mention_count / 10, 1): how often the same content was added.
     mention: Weight = 0.0
+    # Query signals (handlers.ops.query_signals; 0: off): added to the score of a memory
+    # whose people or speaker tag is a person the query names and its content does not
+    # (off: no gain on LoCoMo, where the content names the person, for +1.4 ms; 0.3 lifts
+    # memories naming their people only in related_people by +0.11 recall@10), and times
+    # how well its time (valid_from, else created_at) fits a time the query names (LoCoMo
+    # imported with session dates: +0.02 recall@10 and MRR@10 cross-validated;
+    # docs/benchmarks.md, "Query signals on LoCoMo").
+    names: Weight = 0.0
+    times: Weight = 0.2
     # Recency falls linearly from 1.0 (created now) to 0.0 at this age.
     recency_days: Annotated[float, msgspec.Meta(ge=0.001)] = 30.0
 
@@ -140,6 +149,8 @@ _NESTED = {
     "MEMBUS_RANK_RECENCY": ("weights", "recency"),
     "MEMBUS_RANK_MENTION": ("weights", "mention"),
     "MEMBUS_RECENCY_DAYS": ("weights", "recency_days"),
+    "MEMBUS_RANK_NAMES": ("weights", "names"),
+    "MEMBUS_RANK_TIMES": ("weights", "times"),
 }
 VARIABLES: dict[str, tuple[str, ...]] = {
     **{

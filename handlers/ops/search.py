@@ -10,7 +10,7 @@ import msgspec
 import numpy as np
 
 from contracts.messages import ScoredMemory, SearchMode, SearchReply, SearchRequest
-from handlers.ops import ranking
+from handlers.ops import query_signals, ranking
 from handlers.ops.budget import fits_budget
 from handlers.ops.checks import check_types
 from handlers.ops.clock import dt_to_ms
@@ -144,17 +144,22 @@ async def ranked_candidates(
     if mode != "text":
         vec = await request_vector(ns, deps, text=req.query, given=req.embedding, query=True)
     scored_among = rare != terms and vec is not None
+    # The candidates' fields the query signals read (people, tags, times; see `_final`):
+    # none unless the query names someone or some time and that signal is on.
+    signals = query_signals.fields_needed(req.query or "", now, settings.weights)
     queries, text, reads = deps.store.queries, deps.store.text, deps.store.reads
     searches = []
     if vec is not None:
         scoped = _scoped(req, scope, current)
-        searches.append(queries.knn_search(ns, vec, knn_where, k, scoped=scoped))
+        searches.append(queries.knn_search(ns, vec, knn_where, k, scoped=scoped, signals=signals))
     texted = mode != "vector" and bool(rare)
     if texted:
         # Only finding candidates, scored below where the superseded ones get no score:
         # "not superseded" cost a third of this query's Redis time at 100k.
         found = current and not scored_among
-        searches.append(text.text_search(rare, where, k, current=found, finding=scored_among))
+        searches.append(
+            text.text_search(rare, where, k, current=found, finding=scored_among, signals=signals)
+        )
     nearest: list[Candidate] = []
     matches: list[Candidate] = []
     if searches:
@@ -167,6 +172,10 @@ async def ranked_candidates(
         c.cosines[m.id] = ranking.similarity(m.distance or 0.0)
         c.vec_rank[m.id] = i
     among = {m.id: m for m in [*nearest, *matches]}
+    if signals:
+        # Before any bound is taken (`_final` counts the boost), on both queries' copies of
+        # a memory (copies made later keep it).
+        query_signals.boost(req.query or "", now, settings.weights, [*nearest, *matches])
     depth = read or (_mmr_depth(req.limit) if req.diversify is not None else req.limit)
     if scored_among and vec is not None:
         return await _picked(ns, req, deps, c, among, terms, k, current, depth, read, now, vec)
@@ -395,8 +404,9 @@ def _mmr_depth(limit: int) -> int:
 
 
 def _final(m: Candidate, relevance: float, deps: Deps, now: int) -> float:
-    """A candidate's final score: its relevance with importance, recency and mentions."""
-    return ranking.score(
+    """A candidate's final score: its relevance with importance, recency and mentions, and
+    what the query signals add (`query_signals.boost`)."""
+    return m.boost + ranking.score(
         relevance, m.importance, m.created_at, now, deps.settings.weights, m.mention_count
     )
 

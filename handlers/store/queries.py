@@ -112,8 +112,10 @@ class Queries:
         k: int,
         policy_key: str | None = None,
         scoped: Scoped | None = None,
+        signals: Sequence[str] = (),
     ) -> Search:
-        """`knn`'s query, to send with others (`run`); its page decodes as `Candidate`s."""
+        """`knn`'s query, to send with others (`run`); its page decodes as `Candidate`s
+        (with the query signals' fields in `signals` too: `SIGNAL_FIELDS`)."""
 
         async def query(space: Namespace) -> VectorQuery:
             # A pooled namespace is small: scanning its own vectors is exact and fastest.
@@ -125,7 +127,7 @@ class Queries:
             return VectorQuery(
                 vector=vector.astype(np.float32).tobytes(),
                 vector_field_name=VECTOR_FIELD,
-                return_fields=list(CANDIDATE_FIELDS),
+                return_fields=[*CANDIDATE_FIELDS, *signals],
                 filter_expression=space.confine(where),
                 num_results=k,
                 hybrid_policy=policy,

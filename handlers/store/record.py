@@ -103,6 +103,14 @@ class Candidate(
     # Cosine distance (0..2) from the vector query; BM25 from the full-text query.
     distance: float | None = None
     text_score: float | None = None
+    # For the query signals (handlers.ops.query_signals): who it names, its speaker's tag,
+    # when it held; and what those add to its score (set by the search, never stored).
+    tags: tuple[str, ...] = ()
+    related_people: list[str] = []
+    content: str = ""
+    valid_from: int | None = None
+    valid_until: int | None = None
+    boost: float = 0.0
 
 
 class Entry(msgspec.Struct, kw_only=True):
@@ -202,7 +210,14 @@ def person_tag(name: str) -> str:
 # check it before anything else.
 RECORD_FIELDS = ("expires_at", *(f for f in storage_fields(Record) if f != "expires_at"))
 # What the search queries return of each candidate (its id comes from the key).
-CANDIDATE_FIELDS = tuple(f for f in storage_fields(Candidate) if f in RECORD_FIELDS and f != "id")
+# The query signals' fields (handlers.ops.query_signals): returned only when a signal is on,
+# as none is sortable, so returning one makes Redis read each candidate's hash.
+SIGNAL_FIELDS = ("tags", "related_people", "content", "valid_from", "valid_until")
+CANDIDATE_FIELDS = tuple(
+    f
+    for f in storage_fields(Candidate)
+    if f in RECORD_FIELDS and f != "id" and f not in SIGNAL_FIELDS
+)
 
 
 def _stored(rec: Record) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -326,6 +326,7 @@ class Text:
         k: int,
         current: bool = False,
         finding: bool = False,
+        signals: Sequence[str] = (),
     ) -> Search:
         """The query of the k best full-text (BM25) matches of any of `terms` in content or
         tags (with `current`, none superseded), to send with others (`Queries.run`); its
@@ -333,12 +334,14 @@ class Text:
         `scores_search` scores afterwards, so it reads each word's first form alone (the one
         holding the word itself, `word_forms`): less Redis time, the same memories found
         (docs/benchmarks.md, "Why the text query is shaped so"), and without their scores,
-        which that scoring replaces."""
+        which that scoring replaces. `signals`: the query signals' fields it returns too."""
+
+        fields = [*CANDIDATE_FIELDS, *signals]
 
         async def query(space: Namespace) -> Query:
             forms = await self._word_forms(space, terms, finding)
             q = _bm25(space, forms, where, current, scores=not finding)
-            return q.return_fields(*CANDIDATE_FIELDS).paging(0, k)
+            return q.return_fields(*fields).paging(0, k)
 
         return Search(query, with_scores=not finding)
 
