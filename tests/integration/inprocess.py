@@ -65,3 +65,17 @@ class InProcess:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.nc, name)
+
+
+# A fixed instant for tests that set the clock (`Clock`): 2026-09-21.
+T0 = 1_790_000_000_000
+
+
+class Clock:
+    """A settable clock for `Deps.clock` (ms), starting at T0."""
+
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> int:
+        return self.now

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 
 import msgspec
 import pytest
+from inprocess import Clock
 
 from contracts import AddRequest, SearchRequest
 from handlers import ops as operations
@@ -20,16 +21,6 @@ from handlers.ops import search as search_ops
 from handlers.ops import writes
 from handlers.ops.ranking import DAY_MS
 from handlers.settings import RankWeights
-
-T0 = 1_790_000_000_000
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> int:
-        return self.now
 
 
 def with_weights(in_process, clock: Clock, **weights: float) -> operations.Deps:  # type: ignore[no-untyped-def]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from inprocess import T0, Clock
 from redisvl.index import AsyncSearchIndex
 from redisvl.schema import IndexSchema
 
@@ -23,16 +24,6 @@ from handlers.store import keys
 from handlers.store.placement import index_name
 from handlers.store.resp import index_attributes
 from handlers.store.schema import schema_dict
-
-T0 = 1_790_000_000_000
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> int:
-        return self.now
 
 
 @pytest.fixture
