@@ -15,6 +15,8 @@ says which year "in June" means, and the newest June before now is often the wro
 from __future__ import annotations
 
 import calendar
+import functools
+import itertools
 import re
 from collections.abc import Collection, Iterable
 from datetime import UTC, datetime, timedelta
@@ -174,6 +176,14 @@ _BOUND_RE = re.compile(r"\b(before|after|since|until|till|prior\s+to|by)\s+", re
 FAR_FUTURE_MS = 253_402_300_799_000  # 9999-12-31
 
 
+# A time right after a bound ("before August 3, 2023") is this short; the bounds looked at
+# are the first few. Both keep a hostile query (4,096 characters of "before May 3") linear.
+_AFTER_BOUND_CHARS = 48
+_BEFORE_BOUND_CHARS = 32
+_BOUNDS_READ = 8
+
+
+@functools.lru_cache(maxsize=256)  # a search asks twice: which fields to read, then boosts
 def time_window(query: str, now_ms: int) -> Window | None:
     """The time a query is about, or None when it names none. The most specific expression
     wins: a date, then a month, then a year, then an expression relative to now. Right
@@ -185,14 +195,14 @@ def time_window(query: str, now_ms: int) -> Window | None:
     named = _named_window(query, now_ms)
     if named is None:
         return None
-    for m in _BOUND_RE.finditer(query):
-        rest = query[m.end() :]
+    for m in itertools.islice(_BOUND_RE.finditer(query), _BOUNDS_READ):
+        rest = query[m.end() : m.end() + _AFTER_BOUND_CHARS]
         if not _DATE_START.match(rest) or _named_window(rest, now_ms) != named:
             continue  # "hosted by Nate in June 2022": the bound is not the time's
         if named.month:
             return None
         word = m.group(1).lower()
-        if span := _span_before(query[: m.start()]):
+        if span := _span_before(query[max(0, m.start() - _BEFORE_BOUND_CHARS) : m.start()]):
             # "the week before August 3, 2023", "two weeks after": near that time.
             if word in ("after", "since"):
                 return Window(named.end, named.end + span)
@@ -292,12 +302,13 @@ def _named_window(query: str, now_ms: int) -> Window | None:
     return None
 
 
+_PREPOSITION_RE = re.compile(r"\b(in|of|since|during|until|by|early|late|mid|around)\s+$", re.I)
+
+
 def _after_preposition(query: str, m: re.Match[str]) -> bool:
-    return bool(
-        re.search(
-            r"\b(in|of|since|during|until|by|early|late|mid|around)\s+$", query[: m.start()], re.I
-        )
-    )
+    """Whether a preposition stands right before the match (only the few characters before
+    it are read: a search from the start per match made a query of many "May"s quadratic)."""
+    return bool(_PREPOSITION_RE.search(query[max(0, m.start() - _BEFORE_BOUND_CHARS) : m.start()]))
 
 
 def time_match(window: Window, start_ms: int, end_ms: int | None) -> float:

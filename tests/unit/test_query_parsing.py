@@ -138,6 +138,18 @@ def test_no_time_named(query: str) -> None:
     assert time_window(query, NOW) is None
 
 
+def test_a_long_query_reads_the_same_time_as_its_first_expression() -> None:
+    # Only a few bounds are looked at, and only the words near each (a hostile query of
+    # thousands of them stays linear): the answers are those of the first expression.
+    first = time_window("What did she do before May 3, 2023?", NOW)
+    assert first == Window(0, ms(2023, 5, 3))
+    assert time_window(("before May 3, 2023 " * 300)[:4096], NOW) == first
+    assert time_window(("May " * 1000) + "in 2022", NOW) == Window(ms(2022, 1, 1), ms(2023, 1, 1))
+    assert time_window("the week " * 400 + "before August 3, 2023", NOW) == Window(
+        ms(2023, 7, 27), ms(2023, 8, 3)
+    )
+
+
 def test_time_match_inside_near_and_far() -> None:
     october = Window(ms(2023, 10, 1), ms(2023, 11, 1))
     assert time_match(october, ms(2023, 10, 15), None) == 1.0
