@@ -177,7 +177,7 @@ async def ranked_candidates(
         # a memory (copies made later keep it).
         query_signals.boost(req.query or "", now, settings.weights, [*nearest, *matches])
     depth = read or (_mmr_depth(req.limit) if req.diversify is not None else req.limit)
-    if scored_among and vec is not None:
+    if scored_among and vec is not None and among:
         return await _picked(ns, req, deps, c, among, terms, k, current, depth, read, now, vec)
     _add_matches(c, matches)
     extra: list[str] = []

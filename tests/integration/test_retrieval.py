@@ -562,6 +562,8 @@ async def test_a_search_scoring_words_among_candidates_ranks_as_a_whole_namespac
         (h.id, h.text_score, h.similarity) for h in same
     ]
     assert [h.score for h in hits] == pytest.approx([h.score for h in same], abs=1e-6)
+    # Nothing found by either query: no candidate to score among, an empty reply.
+    assert (await mem.search(**{**query, "tags": ["no-such-tag"]})).results == []
     await bus.close()
     await whole.close()
 
