@@ -562,6 +562,14 @@ async def test_a_search_scoring_words_among_candidates_ranks_as_a_whole_namespac
         (h.id, h.text_score, h.similarity) for h in same
     ]
     assert [h.score for h in hits] == pytest.approx([h.score for h in same], abs=1e-6)
+    # `recall` reads the same candidates without their records (the pick reads vectors only).
+    if not options:
+        recalled = await mem.recall("zanzibar ledger payroll", session_id="s1", limit=5)
+        again = await whole.agent(workflow_id="wf_pick").recall(
+            "zanzibar ledger payroll", session_id="s2", limit=5
+        )
+        assert [m.id for m in recalled.results] == [m.id for m in again.results]
+        assert recalled.results
     # Nothing found by either query: no candidate to score among, an empty reply.
     assert (await mem.search(**{**query, "tags": ["no-such-tag"]})).results == []
     await bus.close()
