@@ -576,6 +576,48 @@ async def test_a_search_scoring_words_among_candidates_ranks_as_a_whole_namespac
     await whole.close()
 
 
+async def test_searches_scored_among_candidates_racing_writes_and_deletes(
+    in_process: InProcess, ns: str
+) -> None:
+    # Candidates deleted or superseded between a search's two round trips: the pick finds
+    # their records gone (or their text unscored) and the search answers without them.
+    settings = msgspec.structs.replace(
+        in_process.deps.settings, text_read_share_max=0.5, text_read_docs_min=0
+    )
+    bounded = InProcess(in_process.nc, dataclasses.replace(in_process.deps, settings=settings))
+    bus = await MemoryBus.connect(namespace=ns, nc=bounded)  # type: ignore[arg-type]
+    mem = bus.agent(workflow_id="wf_race")
+    ids = [
+        (await mem.add("knowledge", f"ledger {i} of the zanzibar payroll office")).id
+        for i in range(60)
+    ]
+    deleted: set[str] = set()
+
+    async def churn() -> None:
+        for i, mid in enumerate(ids[:40]):
+            if i % 2:
+                await mem.delete([mid])
+                deleted.add(mid)
+            else:
+                await mem.add("knowledge", f"payroll ledger {i} moved", supersedes=[mid])
+            await asyncio.sleep(0)
+
+    async def ask() -> list[list[str]]:
+        seen = []
+        for _ in range(40):
+            hits = (await mem.search("zanzibar ledger payroll", limit=10)).results
+            seen.append([h.id for h in hits])
+            await asyncio.sleep(0)
+        return seen
+
+    _, *asked = await asyncio.gather(churn(), ask(), ask())
+    assert all(len(page) == 10 for pages in asked for page in pages)
+    final = {h.id for h in (await mem.search("zanzibar ledger payroll", limit=50)).results}
+    assert not final & deleted
+    assert not final & set(ids[:40])  # deleted or superseded
+    await bus.close()
+
+
 async def _ledgers(mem: AgentMemory) -> tuple[Any, Any]:
     """Eight memories, "ledger" in each: six entries, then a "zanzibar ledger" one and the
     one that supersedes it (old, new)."""
