@@ -467,6 +467,17 @@ async def timed_pass(
     return ranks, lat
 
 
+def switched(name: str, fitted: float = 0.0) -> tuple[str, dict[str, str]]:
+    """A stage switched from the handler's default, for `latency`: off where it is on by
+    default, else on at its fitted weight (or, fitted off or not fitted, its largest: what a
+    stage costs does not depend on its weight)."""
+    stage = STAGES[name]
+    if stage.off_env:
+        return f"{name} off", stage.off_env
+    w = fitted or max(stage.weights)
+    return f"{name} {w:g}", {**stage.env, stage.weight_var: str(w)}
+
+
 def flat(ranks: dict[str, list[int | None]], convs: list[str]) -> list[int | None]:
     return [r for c in convs for r in ranks[c]]
 
@@ -609,12 +620,7 @@ async def run_cv(
             print(table_row(f"  {name}: CV mean (honest)", fold_asked, fold_ranks))
             w_all = best_weight(stage.weights, partial(ranks_of, test=list(convs)))
             env = {**base, **stage.env, stage.weight_var: str(w_all)}
-            if stage.off_env:
-                timed[f"{name} off"] = stage.off_env
-            else:
-                # What it costs does not depend on its weight: timed on even when fitted off.
-                w_on = w_all or max(stage.weights)
-                timed[f"{name} {w_on:g}"] = {**stage.env, stage.weight_var: str(w_on)}
+            timed.update([switched(name, w_all)])
             if w_all in passes:
                 ranks_all, lat = passes[w_all]
             else:
@@ -694,11 +700,17 @@ async def latency(
                 await here.ask(LATENCY_NS, "search", SearchRequest(query=q, limit=10))
         lat: dict[str, list[float]] = {c: [] for c in configs}
         names = list(configs)
+        # Each search embeds its query, as a question not asked before does: the models
+        # keep query vectors in this process only, and forget them here.
+        models: list[Any] = [here.embedder, *(d.reranker for d in deps.values() if d.reranker)]
+        models = [m for m in models if hasattr(m, "forget")]  # no cache, nothing to forget
         for r in range(rounds):
             for i, q in enumerate(questions):
                 k = (i + r) % len(names)
                 for name in names[k:] + names[:k]:
                     here.deps = deps[name]
+                    for model in models:
+                        model.forget([q])
                     t0 = time.perf_counter()
                     await here.ask(LATENCY_NS, "search", SearchRequest(query=q, limit=10))
                     lat[name].append((time.perf_counter() - t0) * 1000)
@@ -749,8 +761,8 @@ def main() -> None:
         type=int,
         default=0,
         metavar="ROUNDS",
-        help="--cv: then this many paired rounds of search p50 at 2,000 memories, the"
-        " defaults against each stage switched at its fitted weight",
+        help="this many paired rounds of search p50 at 2,000 memories, the defaults against"
+        " each stage switched (with --cv, after it, at its fitted weight)",
     )
     args = parser.parse_args()
     stages = [s for s in args.stages.split(",") if s]
@@ -759,8 +771,6 @@ def main() -> None:
     unknown = set(args.modes.split(",")) - set(MODES)
     if unknown:
         raise SystemExit(f"unknown modes {sorted(unknown)}; known: {', '.join(MODES)}")
-    if args.latency and not args.cv:
-        raise SystemExit("--latency times the configurations --cv fits: add --cv")
     modes = [MODES[m] for m in args.modes.split(",")]
     files = sorted(args.data.glob("conv-*.json"))
     if not files:
@@ -772,6 +782,9 @@ def main() -> None:
             timed = asyncio.run(run_cv(embedder, files, stages, store, args.save, by_bus))
             if args.latency:
                 asyncio.run(latency(embedder, args.data, timed, args.latency))
+        elif args.latency:
+            timed = dict([("defaults", {}), *(switched(name) for name in stages)])
+            asyncio.run(latency(embedder, args.data, timed, args.latency))
         else:
             asyncio.run(run(embedder, files, args.alpha, modes, args.store or "plain"))
 
