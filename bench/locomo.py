@@ -1,21 +1,26 @@
 """LoCoMo retrieval benchmark through the bus.
 
 Loads the conversations in ../shared/data/locomo/ (each session observation becomes a
-memory: the fact as content, the speaker as a tag, one namespace per conversation), asks every
-question of categories 1-4 through `search`, and prints recall@1/5/10 and MRR@10 per search
-mode and embedder, the ingest rate and search latency p50/p99. A question is a hit at k when
-one of the top k memories points at one of its evidence turns. Beside each mode: the Redis
-time its `FT.SEARCH` calls took (INFO commandstats, reset before the mode), per search and per
-call.
+memory, one namespace per conversation; `--store`: plain, the fact as content and the speaker
+as a tag; dated, also the session's date as `valid_from` and the speaker in
+`related_people`, as an agent importing a past conversation would store it; anon, as an
+extractor's memories, the speaker only in `related_people`), asks every question of
+categories 1-4 through `search`, and prints recall@1/5/10 and MRR@10 per search mode and
+embedder, the ingest rate and search latency p50/p99. A question is a hit at k when one of
+the top k memories points at one of its evidence turns. Beside each mode: the Redis time its
+`FT.SEARCH` calls took (INFO commandstats, reset before the mode), per search and per call.
 
-    python bench/locomo.py                      # minilm and hash, every mode
+    python bench/locomo.py                      # minilm and hash, every mode, plain store
     python bench/locomo.py --embedders minilm --alpha 0.7
     python bench/locomo.py --embedders hash --modes text   # modes: vector,text,linear,rrf,mmr
     python bench/locomo.py --cv --embedders minilm,e5      # stages on and off, cross-validated
-    python bench/locomo.py --cv --stages e5                # stages: e5 (second opinion), alpha
+    python bench/locomo.py --cv --stages times,names,e5 --store dated --latency 2
 
-`--cv` (see "Cross-validated stages" below): each stage's weight tuned on four conversations
-and scored on the fifth, in turn, then confirmed through the bus, with search and add p50.
+`--cv` (see "Cross-validated stages" below; dated store unless `--store` says otherwise):
+each stage's weight tuned on four conversations and scored on the fifth, in turn, then
+confirmed through the bus, with search and add p50. Stages: e5 (second opinion), alpha
+(hybrid fusion), times and names (query signals). `--latency N`: then the defaults and each
+stage switched, timed at 2,000 memories, paired, N rounds.
 """
 
 from __future__ import annotations
@@ -29,9 +34,10 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 import redis.asyncio as aioredis
@@ -41,6 +47,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bus import MemoryBus
 from deploy.embedded import EmbeddedStack, wait_for_handlers
+from handlers.ops.ranking import fuse_linear
+from handlers.settings import load_settings
 
 DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "locomo"
 Mode = tuple[str, str | None, float | None]  # (mode, fusion, diversify)
@@ -52,6 +60,7 @@ MODES: dict[str, Mode] = {
     "mmr": ("hybrid", "linear", 0.7),
 }
 BATCH = 32
+DEFAULTS = load_settings({})  # the handler's defaults, as a stage's offline order needs them
 
 
 def tag_of(speaker: str) -> str:
@@ -61,19 +70,41 @@ def tag_of(speaker: str) -> str:
 Question = tuple[str, set[str], int]  # (question, evidence turns, category)
 
 
-def load(path: Path) -> tuple[list[tuple[str, str, list[str]]], list[Question]]:
-    """(fact, speaker, dia_ids) per observation, and (question, evidence, category) for
-    categories 1-4."""
+class Fact(NamedTuple):
+    """A session observation: what it says, who said it, the turns it cites, its session
+    and that session's date."""
+
+    content: str
+    speaker: str
+    dia: list[str]
+    session: int
+    date: datetime | None
+
+
+def session_date(raw: str | None) -> datetime | None:
+    """LoCoMo's "1:56 pm on 8 May, 2023" as a UTC time (None if absent or unreadable)."""
+    for fmt in ("%I:%M %p on %d %B, %Y", "%I:%M %p on %d %b, %Y"):
+        try:
+            return datetime.strptime((raw or "").strip(), fmt).replace(tzinfo=UTC)
+        except ValueError:
+            continue
+    return None
+
+
+def load(path: Path) -> tuple[list[Fact], list[Question]]:
+    """The observations, and (question, evidence, category) for categories 1-4."""
     conv = json.loads(path.read_text())
     c = conv.get("conversation", conv)
     facts = []
     for key, value in c.items():
         if not key.endswith("_observation"):
             continue
+        n = int(key.split("_")[1])
+        date = session_date(c.get(f"session_{n}_date_time"))
         for speaker, items in value.items():
             for fact, ids in items:
                 ids = [ids] if isinstance(ids, str) else list(ids)
-                facts.append((fact, speaker, ids))
+                facts.append(Fact(fact, speaker, ids, n, date))
     qa = conv.get("qa") or c.get("qa") or []
     questions = [
         (q["question"], set(q.get("evidence") or []), int(q["category"]))
@@ -83,15 +114,38 @@ def load(path: Path) -> tuple[list[tuple[str, str, list[str]]], list[Question]]:
     return facts, questions
 
 
-async def ingest(bus: MemoryBus, facts: list[tuple[str, str, list[str]]]) -> float:
+# How the observations are stored. plain: the speaker as a tag (the reference setup);
+# dated: as an agent importing a past conversation would, also the session's date as
+# `valid_from` and the speaker in `related_people`; anon: as an extractor's memories whose
+# person is only in `related_people` (dated, the speaker's name out of the content, no tag).
+STORES = ("plain", "dated", "anon")
+
+
+def unnamed(content: str, speaker: str) -> str:
+    """The observation without its speaker's name ("Caroline's" -> "their", "Caroline" ->
+    "they")."""
+    content = re.sub(rf"\b{re.escape(speaker)}['’]s\b", "their", content)
+    return re.sub(rf"\b{re.escape(speaker)}\b", "they", content)
+
+
+async def ingest(bus: MemoryBus, facts: list[Fact], store: str = "plain") -> float:
     mem = bus.agent(agent_id="locomo")
+    plain, anon = store == "plain", store == "anon"
     t0 = time.perf_counter()
     for i in range(0, len(facts), BATCH):
         await asyncio.gather(
             *(
                 # Every observation is its own item (no dedup), as in the reference setup.
-                mem.add("fact", f, tags=[tag_of(s)], metadata={"dia": ids}, dedup="none")
-                for f, s, ids in facts[i : i + BATCH]
+                mem.add(
+                    "fact",
+                    unnamed(f.content, f.speaker) if anon else f.content,
+                    tags=[] if anon else [tag_of(f.speaker)],
+                    metadata={"dia": f.dia},
+                    dedup="none",
+                    related_people=() if plain else [f.speaker],
+                    valid_from=None if plain else f.date,
+                )
+                for f in facts[i : i + BATCH]
             )
         )
     return time.perf_counter() - t0
@@ -143,7 +197,9 @@ async def search_usec(rds: aioredis.Redis) -> tuple[int, int]:
     return (await command_stats(rds)).get("FT.SEARCH", (0, 0))
 
 
-async def run(embedder: str, files: list[Path], alpha: str | None, modes: list[Mode]) -> None:
+async def run(
+    embedder: str, files: list[Path], alpha: str | None, modes: list[Mode], store: str
+) -> None:
     stack = EmbeddedStack.temporary()
     rds: aioredis.Redis | None = None
     try:
@@ -163,7 +219,7 @@ async def run(embedder: str, files: list[Path], alpha: str | None, modes: list[M
             facts, questions = load(path)
             ns = f"locomo_{path.stem.replace('-', '_')}"
             async with await MemoryBus.connect(stack.nats_url, namespace=ns, timeout=60) as bus:
-                ingest_s += await ingest(bus, facts)
+                ingest_s += await ingest(bus, facts, store)
                 n_facts += len(facts)
                 for key in modes:
                     await rds.config_resetstat()
@@ -174,7 +230,10 @@ async def run(embedder: str, files: list[Path], alpha: str | None, modes: list[M
                     redis_time[key][0] += calls
                     redis_time[key][1] += usec
         n_q = len(next(iter(results.values())))
-        print(f"\nembedder {embedder}: {n_facts} memories from {len(files)} conversations,")
+        print(
+            f"\nembedder {embedder}, store {store}: {n_facts} memories from {len(files)}"
+            " conversations,"
+        )
         print(f"  ingest {n_facts / ingest_s:,.0f} memories/s; {n_q} questions (categories 1-4)")
         print("  (query embeddings are cached in Redis after the first mode, as in service)")
         print(
@@ -249,6 +308,8 @@ class Stage:
     order: Callable[[Asked, float], list[int]] | None
     # First-stage embedders it is no stage for (a second opinion from the same model).
     not_with: tuple[str, ...] = ()
+    # The settings that turn it off where the handler's default has it on.
+    off_env: dict[str, str] = field(default_factory=dict)
 
 
 def _e5_prepare(asked: list[Asked]) -> None:
@@ -269,8 +330,14 @@ def _e5_order(a: Asked, weight: float) -> list[int]:
 
 
 def _alpha_order(a: Asked, alpha: float) -> list[int]:
-    # Importance and recency are alike across LoCoMo's memories: relevance orders them.
-    fused = [alpha * c + (1 - alpha) * t for c, t in zip(a.similarity, a.text, strict=True)]
+    # The collected score with its fusion of cosine and BM25 redone at `alpha`: what else it
+    # holds (the query signals' boost; importance and recency, alike here) stays.
+    w = DEFAULTS.weights.similarity
+    was = DEFAULTS.hybrid_alpha
+    fused = [
+        s + w * (fuse_linear(c, t, alpha) - fuse_linear(c, t, was))
+        for s, c, t in zip(a.scores, a.similarity, a.text, strict=True)
+    ]
     return sorted(range(len(fused)), key=lambda i: (-fused[i], i))
 
 
@@ -291,6 +358,21 @@ STAGES: dict[str, Stage] = {
         [0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 1.0],
         lambda asked: None,
         _alpha_order,
+    ),
+    # The query signals (handlers/ops/query_signals.py), tuned through the bus: a boost
+    # can bring in candidates the default's top 30 does not hold. Times: how well a
+    # memory's time fits a time the question names (on by default, 0.2); names: a person
+    # the question names whom the memory holds but its content does not name (off).
+    "times": Stage(
+        {},
+        "MEMBUS_RANK_TIMES",
+        [0.0, 0.05, 0.1, 0.2, 0.3, 0.5],
+        lambda asked: None,
+        None,
+        off_env={"MEMBUS_RANK_TIMES": "0"},
+    ),
+    "names": Stage(
+        {}, "MEMBUS_RANK_NAMES", [0.0, 0.02, 0.05, 0.1, 0.2, 0.3], lambda asked: None, None
     ),
 }
 
@@ -385,6 +467,17 @@ async def timed_pass(
     return ranks, lat
 
 
+def switched(name: str, fitted: float = 0.0) -> tuple[str, dict[str, str]]:
+    """A stage switched from the handler's default, for `latency`: off where it is on by
+    default, else on at its fitted weight (or, fitted off or not fitted, its largest: what a
+    stage costs does not depend on its weight)."""
+    stage = STAGES[name]
+    if stage.off_env:
+        return f"{name} off", stage.off_env
+    w = fitted or max(stage.weights)
+    return f"{name} {w:g}", {**stage.env, stage.weight_var: str(w)}
+
+
 def flat(ranks: dict[str, list[int | None]], convs: list[str]) -> list[int | None]:
     return [r for c in convs for r in ranks[c]]
 
@@ -415,12 +508,12 @@ def table_row(
     for c in (1, 2, 3, 4):
         rc = [r for r, a in zip(ranks, asked, strict=True) if a.category == c]
         cats.append("{:.2f}/{:.2f}".format(*recall_mrr(rc)))
-    ms = "".join(f"{x:>8.1f}" if x is not None else f"{'-':>8}" for x in (p50, add))
+    ms = "".join(f"{x:>9.1f}" if x is not None else f"{'-':>9}" for x in (p50, add))
     return f"{name:<34}{r10:>7.3f}{mrr:>8.3f}{ar10:>8.3f}{amrr:>8.3f}{ms}  " + " ".join(cats)
 
 
 HEADER = (
-    f"{'':<34}{'R@10':>7}{'MRR@10':>8}{'ansR@10':>8}{'ansMRR':>8}{'srch p50':>8}{'add p50':>8}"
+    f"{'':<34}{'R@10':>7}{'MRR@10':>8}{'ansR@10':>8}{'ansMRR':>8}{'srch p50':>9}{'add p50':>9}"
     "  per category 1-4 (R@10/MRR@10)"
 )
 
@@ -429,11 +522,16 @@ async def run_cv(
     embedder: str,
     files: list[Path],
     stages: list[str],
+    store: str,
     save: Path | None = None,
     by_bus: bool = False,
-) -> None:
+) -> dict[str, dict[str, str]]:
+    """The cross-validated rows; returns the configurations to time at 2,000 memories
+    (`latency`): the defaults, and each stage switched from its default at its weight
+    fitted on all five."""
     stack = EmbeddedStack.temporary()
     handlers = Handlers(stack)
+    timed: dict[str, dict[str, str]] = {"defaults": {}}
     try:
         stack.start_servers()
         base = {"MEMBUS_EMBEDDER": embedder}
@@ -447,15 +545,15 @@ async def run_cv(
             facts, questions = load(path)
             ns = f"locomo_{path.stem.replace('-', '_')}"
             convs[ns] = questions
-            texts += [f for f, _, _ in facts]
-            pointed = {d for _, _, ids in facts for d in ids}
+            texts += [f.content for f in facts]
+            pointed = {d for f in facts for d in f.dia}
             async with await MemoryBus.connect(stack.nats_url, namespace=ns, timeout=60) as bus:
-                ingest_s += await ingest(bus, facts)
+                ingest_s += await ingest(bus, facts, store)
                 n_facts += len(facts)
                 asked += await collect(bus, ns, questions, pointed)
         print(
-            f"\nembedder {embedder}: {n_facts} memories, {len(asked)} questions, cross-validated"
-            f" by conversation; ingest {n_facts / ingest_s:,.0f} memories/s"
+            f"\nembedder {embedder}, store {store}: {n_facts} memories, {len(asked)} questions,"
+            f" cross-validated by conversation; ingest {n_facts / ingest_s:,.0f} memories/s"
         )
         print("  ans*: over the questions some observation points at (the ceiling of the others)")
         print("  srch/add p50: ms through the bus (search at limit 10; adds one at a time)")
@@ -464,16 +562,16 @@ async def run_cv(
         by_conv_ranks, lat = await timed_pass(handlers, base, convs)
         add = await add_p50(handlers, adds, "base")
         first = flat(by_conv_ranks, list(convs))
-        print(table_row("first stage (bus)", asked, first, statistics.median(lat), add))
+        print(table_row("defaults (bus)", asked, first, statistics.median(lat), add))
         off = [first_hit(a.dias, a.evidence) for a in asked]
-        print(table_row(f"first stage (collected top {DEPTH})", asked, off))
+        print(table_row(f"defaults (collected top {DEPTH})", asked, off))
         by_conv = {c: [a for a in asked if a.conv == c] for c in convs}
         for name in stages:
             if embedder not in STAGES[name].not_with and not by_bus:
                 STAGES[name].prepare(asked)
         if save is not None:
             # The candidates and their signals, to study a stage offline before building it.
-            path = save.with_name(f"{save.stem}-{embedder}{save.suffix}")
+            path = save.with_name(f"{save.stem}-{embedder}-{store}{save.suffix}")
             path.write_bytes(msgspec.json.encode(asked))
             print(f"  candidates saved to {path}")
         for name in stages:
@@ -483,6 +581,16 @@ async def run_cv(
             on_bus = by_bus or stage.order is None
             how = "a pass through the bus per weight" if on_bus else "offline, top 30"
             print(f"{name} ({stage.weight_var} tuned over {stage.weights}, {how}):")
+            off_ranks = by_conv_ranks
+            if stage.off_env:
+                # On by default: its "off" is a pass of its own.
+                off_ranks, lat = await timed_pass(handlers, {**base, **stage.off_env}, convs)
+                await handlers.restart({**base, **stage.off_env})
+                add = await add_p50(handlers, adds, f"{name}_off")
+                row = f"  {name} off (bus)"
+                print(
+                    table_row(row, asked, flat(off_ranks, list(convs)), statistics.median(lat), add)
+                )
             passes: dict[float, tuple[dict[str, list[int | None]], list[float]]] = {}
             if on_bus:
                 env = {**base, **stage.env}
@@ -507,11 +615,12 @@ async def run_cv(
                 ranks = ranks_of(w, [test])
                 fold_ranks += ranks
                 fold_asked += by_conv[test]
-                print(table_row(f"  fold {test[7:]}: off", by_conv[test], by_conv_ranks[test]))
+                print(table_row(f"  fold {test[7:]}: off", by_conv[test], off_ranks[test]))
                 print(table_row(f"  fold {test[7:]}: on, weight {w:g}", by_conv[test], ranks))
             print(table_row(f"  {name}: CV mean (honest)", fold_asked, fold_ranks))
             w_all = best_weight(stage.weights, partial(ranks_of, test=list(convs)))
             env = {**base, **stage.env, stage.weight_var: str(w_all)}
+            timed.update([switched(name, w_all)])
             if w_all in passes:
                 ranks_all, lat = passes[w_all]
             else:
@@ -526,6 +635,99 @@ async def run_cv(
     finally:
         handlers.stop()
         stack.stop()
+    return timed
+
+
+# -- Search time at 2,000 memories (--latency) ---------------------------------------------
+#
+# Target (b)'s namespace (bench/targets.py: the observations, then the conversations' own
+# turns), asked every question under each configuration in turn, the order rotating,
+# through `dispatch()` in this process (one first-stage model, one Redis; each
+# configuration's `Deps` built from its settings): the machine's load, shared and noisy,
+# falls on all of them alike. A stage's cost depends on it being on, not on its weight.
+
+LATENCY_NS = "locomo2k"
+
+
+async def latency(
+    embedder: str, data: Path, configs: dict[str, dict[str, str]], rounds: int
+) -> None:
+    # Imported here: targets and roundtrips import this module.
+    from roundtrips import InProcess, noop_publish
+    from targets import locomo_items
+
+    from contracts.messages import SearchRequest
+    from handlers.logs import configure_logging
+    from handlers.ops.query_signals import time_window
+    from handlers.service import make_deps
+
+    items, questions, _ = locomo_items(data, 2000)
+    stack = EmbeddedStack.temporary()
+    here: InProcess | None = None
+    try:
+        stack.start_servers()
+        procs = stack.start_handlers(1, {"MEMBUS_EMBEDDER": embedder})
+        await wait_for_handlers(stack.nats_url, 1, procs, timeout=180)
+        url = stack.nats_url
+        async with await MemoryBus.connect(url, namespace=LATENCY_NS, timeout=60) as bus:
+            mem = bus.agent(agent_id="locomo")
+            for i in range(0, len(items), BATCH):
+                await asyncio.gather(
+                    *(
+                        mem.add("fact", t, tags=[tag_of(s)], dedup="none")
+                        for t, s in items[i : i + BATCH]
+                    )
+                )
+        for proc in procs:
+            stack.stop_handler(proc)
+        # A namespace outgrowing the shared pool moves to an index of its own in the
+        # background: let that settle first.
+        await asyncio.sleep(20)
+        configure_logging("warning")  # not a line per request
+        here = InProcess(stack, embedder)
+        deps = {}
+        for name, env in configs.items():
+            settings = load_settings(
+                {"MEMBUS_EMBEDDER": embedder, "MEMBUS_REDIS_URL": stack.redis_url, **env}
+            )
+            deps[name] = make_deps(settings, here.client, here.embedder, noop_publish, 1 << 20)
+            if deps[name].reranker is not None:
+                # As a handler with the stage on computes them at write time.
+                await deps[name].reranker.warm([t for t, _ in items])  # type: ignore[union-attr]
+        for name in configs:  # warm the models and the connections
+            here.deps = deps[name]
+            for q in questions[:20]:
+                await here.ask(LATENCY_NS, "search", SearchRequest(query=q, limit=10))
+        lat: dict[str, list[float]] = {c: [] for c in configs}
+        names = list(configs)
+        # Each search embeds its query, as a question not asked before does: the models
+        # keep query vectors in this process only, and forget them here.
+        models: list[Any] = [here.embedder, *(d.reranker for d in deps.values() if d.reranker)]
+        models = [m for m in models if hasattr(m, "forget")]  # no cache, nothing to forget
+        for r in range(rounds):
+            for i, q in enumerate(questions):
+                k = (i + r) % len(names)
+                for name in names[k:] + names[:k]:
+                    here.deps = deps[name]
+                    for model in models:
+                        model.forget([q])
+                    t0 = time.perf_counter()
+                    await here.ask(LATENCY_NS, "search", SearchRequest(query=q, limit=10))
+                    lat[name].append((time.perf_counter() - t0) * 1000)
+                    await here.settle()
+        now = int(time.time() * 1000)
+        naming = [time_window(q, now) is not None for q in questions] * rounds
+        print(f"\nsearch p50 at {len(items):,} memories ({embedder}), paired, {rounds} rounds:")
+        for name, samples in lat.items():
+            some = [x for x, t in zip(samples, naming, strict=True) if t]
+            print(
+                f"  {name:<20} p50 {statistics.median(samples):6.2f} ms over {len(samples)};"
+                f" the {len(some)} naming a time: {statistics.median(some):.2f} ms"
+            )
+    finally:
+        if here is not None:
+            await here.close()
+        stack.stop()
 
 
 def main() -> None:
@@ -534,6 +736,12 @@ def main() -> None:
     parser.add_argument("--alpha", default=None, help="MEMBUS_HYBRID_ALPHA for the handlers")
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--modes", default=",".join(MODES), help=", ".join(MODES))
+    parser.add_argument(
+        "--store",
+        choices=STORES,
+        default=None,
+        help="how observations are stored (default: dated with --cv, plain without)",
+    )
     parser.add_argument(
         "--cv", action="store_true", help="each stage on and off, cross-validated by conversation"
     )
@@ -548,8 +756,17 @@ def main() -> None:
         help="--cv: tune each weight on the collected top 30 (offline), or with a pass"
         " through the bus per weight (exact, slower)",
     )
+    parser.add_argument(
+        "--latency",
+        type=int,
+        default=0,
+        metavar="ROUNDS",
+        help="this many paired rounds of search p50 at 2,000 memories, the defaults against"
+        " each stage switched (with --cv, after it, at its fitted weight)",
+    )
     args = parser.parse_args()
-    if unknown := set(filter(None, args.stages.split(","))) - set(STAGES):
+    stages = [s for s in args.stages.split(",") if s]
+    if unknown := set(stages) - set(STAGES):
         raise SystemExit(f"unknown stages {sorted(unknown)}; known: {', '.join(STAGES)}")
     unknown = set(args.modes.split(",")) - set(MODES)
     if unknown:
@@ -560,10 +777,16 @@ def main() -> None:
         raise SystemExit(f"no conv-*.json under {args.data}")
     for embedder in args.embedders.split(","):
         if args.cv:
-            stages = [s for s in args.stages.split(",") if s]
-            asyncio.run(run_cv(embedder, files, stages, args.save, args.tune == "bus"))
+            store = args.store or "dated"
+            by_bus = args.tune == "bus"
+            timed = asyncio.run(run_cv(embedder, files, stages, store, args.save, by_bus))
+            if args.latency:
+                asyncio.run(latency(embedder, args.data, timed, args.latency))
+        elif args.latency:
+            timed = dict([("defaults", {}), *(switched(name) for name in stages)])
+            asyncio.run(latency(embedder, args.data, timed, args.latency))
         else:
-            asyncio.run(run(embedder, files, args.alpha, modes))
+            asyncio.run(run(embedder, files, args.alpha, modes, args.store or "plain"))
 
 
 if __name__ == "__main__":

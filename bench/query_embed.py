@@ -44,7 +44,7 @@ Step = Callable[[str], Awaitable[object]]
 def questions(data: Path, n: int) -> list[str]:
     out: list[str] = []
     for path in sorted(data.glob("*.json")):
-        out += [q for q, _ in load(path)[1]]
+        out += [q for q, _, _ in load(path)[1]]
     return out[:n]
 
 

@@ -142,15 +142,19 @@ async def quality(embedder: str, files: list[Path]) -> None:
                     await asyncio.gather(
                         *(
                             loader.add(
-                                "fact", f, tags=[tag_of(s)], metadata={"dia": ids}, dedup="none"
+                                "fact",
+                                f.content,
+                                tags=[tag_of(f.speaker)],
+                                metadata={"dia": f.dia},
+                                dedup="none",
                             )
-                            for f, s, ids in facts[i : i + 32]
+                            for f in facts[i : i + 32]
                         )
                     )
                 for name, options in variants.items():
                     mem = bus.agent(session_id=f"{path.stem}-{name.split()[0]}")
                     window: list[set[str]] = []
-                    for question, evidence in questions:
+                    for question, evidence, _ in questions:
                         reply = await mem.recall(question, **options)  # type: ignore[arg-type]
                         dia = {d for r in reply.results for d in r.metadata.get("dia", [])}
                         window = [*window[-9:], dia]  # the default window: 10 turns

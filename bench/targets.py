@@ -333,8 +333,8 @@ def locomo_items(data: Path, n: int) -> tuple[list[tuple[str, str]], list[str], 
     others: list[str] = []
     for path in files:
         facts, asked = locomo_load(path)
-        observations += [(fact, speaker) for fact, speaker, _ in facts]
-        questions += [q for q, _ in asked]
+        observations += [(f.content, f.speaker) for f in facts]
+        questions += [q for q, _, _ in asked]
         conv = json.loads(path.read_text())
         c = conv.get("conversation", conv)
         sessions = sorted(
