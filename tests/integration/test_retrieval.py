@@ -451,17 +451,23 @@ async def test_diversify_keeps_near_duplicates_from_crowding_the_results(
     assert mixed.results[1].id == other.id
 
 
+async def bounded_bus(in_process: InProcess, ns: str) -> MemoryBus:
+    """A bus whose hybrid searches read a word across the namespace only when its memories
+    are at most half of it: the others are scored among the candidates found."""
+    settings = msgspec.structs.replace(
+        in_process.deps.settings, text_read_share_max=0.5, text_read_docs_min=0
+    )
+    bounded = InProcess(in_process.nc, dataclasses.replace(in_process.deps, settings=settings))
+    return await MemoryBus.connect(namespace=ns, nc=bounded)  # type: ignore[arg-type]
+
+
 async def test_common_words_are_scored_among_the_candidates_with_the_same_scores(
     in_process: InProcess, ns: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # "ledger" is in 6 of 7 memories: with it, the words' memories add up to over half of
     # the namespace, so the text query across it reads only "zanzibar", and "ledger" is
     # scored among the candidates found.
-    settings = msgspec.structs.replace(
-        in_process.deps.settings, text_read_share_max=0.5, text_read_docs_min=0
-    )
-    bounded = InProcess(in_process.nc, dataclasses.replace(in_process.deps, settings=settings))
-    bus = await MemoryBus.connect(namespace=ns, nc=bounded)  # type: ignore[arg-type]
+    bus = await bounded_bus(in_process, ns)
     whole = await MemoryBus.connect(namespace=ns, nc=in_process)  # type: ignore[arg-type]
     mem = bus.agent(workflow_id="wf_terms")
     for i in range(6):
@@ -532,11 +538,7 @@ async def test_a_search_scoring_words_among_candidates_ranks_as_a_whole_namespac
     # out: its text ranks are among the candidates here, across the namespace there.) On a
     # Redis Cluster too: the script runs the INKEYS query on the node of the namespace's slot.
     in_process = standalone_or_cluster
-    settings = msgspec.structs.replace(
-        in_process.deps.settings, text_read_share_max=0.5, text_read_docs_min=0
-    )
-    bounded = InProcess(in_process.nc, dataclasses.replace(in_process.deps, settings=settings))
-    bus = await MemoryBus.connect(namespace=ns, nc=bounded)  # type: ignore[arg-type]
+    bus = await bounded_bus(in_process, ns)
     whole = await MemoryBus.connect(namespace=ns, nc=in_process)  # type: ignore[arg-type]
     mem = bus.agent(workflow_id="wf_pick")
     for i in range(70):
@@ -581,11 +583,7 @@ async def test_searches_scored_among_candidates_racing_writes_and_deletes(
 ) -> None:
     # Candidates deleted or superseded between a search's two round trips: the pick finds
     # their records gone (or their text unscored) and the search answers without them.
-    settings = msgspec.structs.replace(
-        in_process.deps.settings, text_read_share_max=0.5, text_read_docs_min=0
-    )
-    bounded = InProcess(in_process.nc, dataclasses.replace(in_process.deps, settings=settings))
-    bus = await MemoryBus.connect(namespace=ns, nc=bounded)  # type: ignore[arg-type]
+    bus = await bounded_bus(in_process, ns)
     mem = bus.agent(workflow_id="wf_race")
     ids = [
         (await mem.add("knowledge", f"ledger {i} of the zanzibar payroll office")).id
@@ -636,11 +634,7 @@ async def test_a_superseded_memory_stays_out_of_a_bounded_hybrid_search(
     # The bounded text query leaves "not superseded" to the handler (and the scoring among
     # candidates leaves it out): a superseded memory holding the rare word must still not
     # come back, and must with `include_superseded`.
-    settings = msgspec.structs.replace(
-        in_process.deps.settings, text_read_share_max=0.5, text_read_docs_min=0
-    )
-    bounded = InProcess(in_process.nc, dataclasses.replace(in_process.deps, settings=settings))
-    bus = await MemoryBus.connect(namespace=ns, nc=bounded)  # type: ignore[arg-type]
+    bus = await bounded_bus(in_process, ns)
     mem = bus.agent(workflow_id="wf_current")
     old, new = await _ledgers(mem)
 
