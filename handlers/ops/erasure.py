@@ -43,7 +43,7 @@ def check_may_erase(deps: Deps) -> None:
         )
 
 
-def _metadatastrings(raw: str | None) -> list[str]:
+def _metadata_strings(raw: str | None) -> list[str]:
     if not raw:
         return []
     try:
@@ -55,7 +55,7 @@ def _metadatastrings(raw: str | None) -> list[str]:
 def record_texts(rec: Record) -> list[str]:
     """Every text of a memory that erasure takes away (PROTOCOL v4: content, title, facts,
     narrative, metadata strings, source)."""
-    texts = [rec.content, *rec.facts, *_metadatastrings(rec.metadata)]
+    texts = [rec.content, *rec.facts, *_metadata_strings(rec.metadata)]
     texts += [t for t in (rec.title, rec.narrative, rec.source) if t]
     return [t for t in texts if t]
 

@@ -74,8 +74,7 @@ end
 local out = {}
 for i = 1, #KEYS - 1, 3 do
   local rec, acc, hist = KEYS[i], KEYS[i + 1], KEYS[i + 2]
-  local id = redis.call('HGET', rec, '$id')
-  drop_lookups(rec, ARGV[2])
+  local id = drop_lookups(rec, ARGV[2])
   local vals = redis.call('HMGET', rec, unpack(fields))
   local live = id and tonumber(vals[1] or '0') > now
   if id then

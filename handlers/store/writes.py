@@ -69,8 +69,8 @@ end
 # first live memory of the immutable type `kind` among the records ks[1], ks[4], ... (a
 # script's KEYS: record, access and history key of each memory, then one more), or nil.
 # `drop_lookups`: remove the memory's exact-dedup key and its key index (v4 keyed
-# memories) where they still name it; `dedups` is the namespace's dedup key prefix, beside
-# which the key index lies (`keys.key_prefix`).
+# memories) where they still name it, and give its id (nil: no record); `dedups` is the
+# namespace's dedup key prefix, beside which the key index lies (`keys.key_prefix`).
 GOING = fragment(
     """
 local function immutable_among(ks, now, kind)
@@ -83,7 +83,7 @@ end
 
 local function drop_lookups(rec, dedups)
   local f = redis.call('HMGET', rec, '$id', '$content_hash', '$key', '$store')
-  if not f[1] then return end
+  if not f[1] then return nil end
   if f[2] and redis.call('GET', dedups .. f[2]) == f[1] then
     redis.call('DEL', dedups .. f[2])
   end
@@ -92,6 +92,7 @@ local function drop_lookups(rec, dedups)
       .. redis.sha1hex((f[4] or 'private') .. '\\0' .. f[3])
     if redis.call('GET', kkey) == f[1] then redis.call('DEL', kkey) end
   end
+  return f[1]
 end
 """
 )
@@ -116,8 +117,7 @@ local state = immutable_among(KEYS, now, ARGV[5])
 if state then return {'immutable', state} end
 for i = 1, #KEYS - 1, 3 do
   local rec, acc, hist = KEYS[i], KEYS[i + 1], KEYS[i + 2]
-  local id = redis.call('HGET', rec, '$id')
-  drop_lookups(rec, ARGV[2])
+  local id = drop_lookups(rec, ARGV[2])
   local vals = redis.call('HMGET', rec, unpack(fields))
   if id and tonumber(vals[1] or '0') > now then
     redis.call('DEL', rec, acc)
