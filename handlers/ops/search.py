@@ -56,8 +56,9 @@ class Candidates:
 
 
 def _cosine(query: np.ndarray, vec: np.ndarray) -> float:
+    """Cosine similarity clamped to 0..1, as `ranking.similarity` gives the vector query's."""
     denom = float(np.linalg.norm(query) * np.linalg.norm(vec))
-    return float(np.dot(query, vec)) / denom if denom else 0.0
+    return max(0.0, min(1.0, float(np.dot(query, vec)) / denom)) if denom else 0.0
 
 
 @handles(SearchRequest)
@@ -71,7 +72,7 @@ async def search(ns: str, req: SearchRequest, deps: Deps) -> SearchReply:
     read = max(depth, second.depth) if second is not None else depth
     found = await ranked_candidates(ns, req, deps, now, read=read)
     ranked = found.ranked
-    if second is not None and req.query and found.mode != "text":
+    if second is not None and req.query:
         ranked = await second.rerank(req.query, ranked, found.records)
     if req.diversify is not None and diversify and len(ranked) > 1:
         ranked = _diversified(ranked, req.diversify, depth, found.vectors)
@@ -211,7 +212,7 @@ async def ranked_candidates(
     if vec is not None:
         for mid in extra:
             if (v := stored.get(mid)) is not None:
-                c.cosines[mid] = max(0.0, min(1.0, _cosine(vec, v)))
+                c.cosines[mid] = _cosine(vec, v)
         if c.texts:
             for mid in c.text_rank:
                 if mid not in c.cosines:
@@ -246,7 +247,7 @@ async def _picked(
     score adds the same to both. A superseded candidate gets no score, so a text match
     left without one is dropped; with RRF, whose ranks move with every score, every live
     candidate is read."""
-    cos_cap = min(c.cosines.values()) if len(c.vec_rank) >= k and c.cosines else 1.0
+    cos_cap = _cos_cap(c, k)
     pickable = []
     for m in among.values():
         cos = c.cosines.get(m.id)
@@ -273,7 +274,7 @@ async def _picked(
     _add_matches(c, [msgspec.structs.replace(among[mid], text_score=s) for mid, s in ordered])
     for mid, v in picked.vectors.items():
         if mid not in c.cosines:
-            c.cosines[mid] = max(0.0, min(1.0, _cosine(vec, v)))
+            c.cosines[mid] = _cosine(vec, v)
     for mid in c.text_rank:
         if mid not in c.cosines:
             del c.pool[mid]  # a text match that could not make the results
@@ -340,7 +341,7 @@ def _could_make(
     live = [m for m in among.values() if m.expires_at > now]
     if len(live) <= depth or _fusion(req, deps) == "rrf":
         return [m.id for m in live]
-    cos_cap = min(c.cosines.values()) if len(c.vec_rank) >= k and c.cosines else 1.0
+    cos_cap = _cos_cap(c, k)
     full_text = len(c.text_rank) >= k
     txt_cap = min(c.texts.values()) if full_text and c.texts else 0.0
     alpha = deps.settings.hybrid_alpha
@@ -358,6 +359,12 @@ def _could_make(
     if req.min_score is not None:
         bar = max(bar, req.min_score)
     return [mid for _, hi, mid in bounds if hi >= bar]
+
+
+def _cos_cap(c: Candidates, k: int) -> float:
+    """The most a candidate the vector query did not return can have as its cosine: the
+    k-th's, when the query returned k (otherwise it returned every memory it could)."""
+    return min(c.cosines.values()) if len(c.vec_rank) >= k and c.cosines else 1.0
 
 
 def _scoped(req: SearchRequest, scope: ReadScope, current: bool) -> Scoped | None:

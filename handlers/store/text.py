@@ -262,11 +262,10 @@ class Text:
         counts = self._kept(ns)
         fields = [word_field(t) for t in terms]
         missing = [f for f in dict.fromkeys([WORDS_TOTAL, *fields]) if f not in counts]
-        unformed = self._unformed(terms)
         if missing:
             pipe = self.client.pipeline(transaction=False)
             pipe.hmget(words_key(ns), missing)
-            if unformed:
+            if unformed := self._unformed(terms):
                 space = await self._queries.space(ns)
                 _explain(pipe, space, unformed)
             async with self._guard():
