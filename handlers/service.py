@@ -21,7 +21,6 @@ from nats.micro.service import Service
 from opentelemetry.trace import Tracer, TracerProvider
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
-from redisvl.extensions.cache.embeddings import EmbeddingsCache
 
 from contracts.operations import OPERATIONS
 from contracts.subjects import QUEUE_GROUP, SERVICE_NAME, endpoint_subject, nats_servers
@@ -30,7 +29,7 @@ from handlers.admission import Admission
 from handlers.dispatch import dispatch, error_body, shed
 from handlers.durable import DurableWriteConsumer
 from handlers.embed import Embedder, build_embedder
-from handlers.embed.cache import CachedEmbedder
+from handlers.embed.cache import cached
 from handlers.embed.timed import TimedEmbedder
 from handlers.errors import Busy
 from handlers.logs import configure_logging
@@ -261,10 +260,7 @@ def make_embedder(
         # Inside the cache: the metrics count the model's work, not cache hits.
         embedder = TimedEmbedder(embedder, metrics.embedder_report(embedder.name))
     if settings.embed_cache and embedder.name != "hash":
-        cache = EmbeddingsCache(
-            name=EMBED_CACHE, ttl=settings.embed_cache_ttl_s, async_redis_client=client
-        )
-        embedder = CachedEmbedder(embedder, cache)
+        embedder = cached(embedder, EMBED_CACHE, settings.embed_cache_ttl_s, client)
     return embedder
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections import OrderedDict
+from typing import TYPE_CHECKING
 
 import numpy as np
 import structlog
@@ -24,6 +25,9 @@ from redisvl.extensions.cache.embeddings import EmbeddingsCache
 from redisvl.redis.utils import hashify
 
 from handlers.embed.base import Embedder
+
+if TYPE_CHECKING:
+    import redis.asyncio as aioredis
 
 log = structlog.get_logger("membus.embedders")
 
@@ -43,6 +47,12 @@ def entry_key(name: str, text: str, model: str) -> str:
     `EmbeddingsCache._make_cache_key` of the text's digest (a unit test holds them equal, so
     that an upgrade of redisvl that changes its keys breaks there)."""
     return f"{name}:{hashify(f'{text_digest(text)}:{model}')}"
+
+
+def cached(inner: Embedder, name: str, ttl_s: int, client: aioredis.Redis) -> CachedEmbedder:
+    """`inner` behind the shared Redis embeddings cache named `name` (redisvl's), entries
+    kept `ttl_s`."""
+    return CachedEmbedder(inner, EmbeddingsCache(name=name, ttl=ttl_s, async_redis_client=client))
 
 
 class CachedEmbedder:

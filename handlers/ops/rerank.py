@@ -20,7 +20,7 @@ import numpy as np
 import structlog
 
 from handlers.embed.base import Embedder
-from handlers.embed.cache import CachedEmbedder, cache_model
+from handlers.embed.cache import CachedEmbedder, cache_model, cached
 from handlers.errors import Unavailable
 from handlers.settings import Settings
 from handlers.store.keys import EMBED_CACHE
@@ -113,12 +113,7 @@ def make_reranker(settings: Settings, client: aioredis.Redis) -> SecondOpinion |
         return None
     model: Embedder = E5Embedder()
     if settings.embed_cache:
-        from redisvl.extensions.cache.embeddings import EmbeddingsCache
-
-        cache = EmbeddingsCache(
-            name=EMBED_CACHE, ttl=settings.embed_cache_ttl_s, async_redis_client=client
-        )
-        model = CachedEmbedder(model, cache)
+        model = cached(model, EMBED_CACHE, settings.embed_cache_ttl_s, client)
     else:
         # Nowhere to keep the contents' vectors: each search embeds its 30 candidates.
         log.warning("rerank.uncached", cost="an e5 passage per candidate per search")
