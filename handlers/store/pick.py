@@ -13,7 +13,7 @@ import numpy as np
 
 from handlers.store import keys
 from handlers.store.lua import lua
-from handlers.store.reads import FETCH, KEEP, fetch_args, fetched_of
+from handlers.store.reads import FETCH, KEEP, fetch_args, fetched_of, vectors_of
 from handlers.store.record import RECORD_FIELDS, Fetched
 from handlers.store.schema import VECTOR_FIELD
 from handlers.store.tallies.scripts import TALLY
@@ -181,9 +181,4 @@ def picked_of(candidates: list[Pickable], reply: list[Any], records: bool) -> Pi
     scores = {c.id: float(s) for c, s in zip(candidates, raw, strict=True) if s}
     ids = [candidates[int(i) - 1].id for i in positions]
     read = dict(zip(ids, fetched_of(rows), strict=True)) if records else {}
-    vectors = {
-        mid: np.frombuffer(blob, dtype=np.float32)
-        for mid, blob in zip(ids, blobs, strict=True)
-        if blob
-    }
-    return Picked(scores, read, vectors)
+    return Picked(scores, read, vectors_of(ids, blobs))
