@@ -50,6 +50,12 @@ class Pick:
     score: float
     cosine: float
     text: float = 0.0
+    # The order key: the score, or under the second opinion the score of the place it
+    # re-ordered the memory to, so that path 1's memories still fall in among them.
+    rank: float | None = None
+
+    def key(self) -> tuple[bool, float]:
+        return self.path == IDENTITY, self.score if self.rank is None else self.rank
 
 
 @handles(RecallRequest)
@@ -142,12 +148,21 @@ async def _candidates(ns: str, req: RecallRequest, deps: Deps, now: int) -> list
     # The filter's text changes every millisecond; its count (for the hybrid policy) is
     # cached under the same filter to the minute.
     key = str(scoped & always_recalled(IDENTITY, req.min_importance, since - since % 60_000))
+    # The second opinion (handlers/ops/rerank.py) re-orders path 2 as it does a search,
+    # from the candidates' contents read with their scores.
+    second = deps.reranker
     found, always = await asyncio.gather(
-        ranked_candidates(ns, search, deps, now, when),
+        ranked_candidates(ns, search, deps, now, when, read=second.depth if second else 0),
         deps.store.queries.knn(ns, vec, where, ALWAYS_MAX, policy_key=key, ended_by=when.ended_by),
     )
+    ranked = found.ranked
+    if second is not None:
+        ranked = await second.rerank(text, ranked, found.records)
+    top = ranked[:SEARCH_TOP]
+    places = sorted((r.score for r in top), reverse=True)
     picks = {
-        r.id: Pick(r.id, "semantic", r.score, r.cosine, r.text) for r in found.ranked[:SEARCH_TOP]
+        r.id: Pick(r.id, "semantic", r.score, r.cosine, r.text, rank=place)
+        for r, place in zip(top, places, strict=True)
     }
     weights = deps.settings.weights
     for cand in always:
@@ -161,7 +176,7 @@ async def _candidates(ns: str, req: RecallRequest, deps: Deps, now: int) -> list
             )
             pick = picks[cand.id] = Pick(cand.id, "", score, cos)
         pick.path = _path(cand, req)
-    return sorted(picks.values(), key=lambda p: (p.path == IDENTITY, p.score), reverse=True)
+    return sorted(picks.values(), key=Pick.key, reverse=True)
 
 
 def _path(cand: Candidate, req: RecallRequest) -> str:

@@ -115,3 +115,24 @@ async def test_a_text_mode_search_is_not_re_ordered(servers: Servers, ns: str) -
         assert [r.id for r in (await mem.search(QUERY, limit=5, mode="text")).results] == plain
         # The same words in hybrid mode are re-ordered (the first test): the stage is on.
         assert (await mem.search(QUERY, limit=5)).results[0].content == MEMORIES[ANSWER]
+
+
+async def test_recall_is_re_ordered_as_search_is(servers: Servers, ns: str) -> None:
+    # Pre-turn recall's search path takes the second opinion's order too; each handler's
+    # session is new, so nothing is left out as already given.
+    async def recalled(here: InProcess, session: str, add: bool) -> list[str]:
+        async with await MemoryBus.connect(namespace=ns, nc=here) as bus:  # type: ignore[arg-type]
+            mem = bus.agent(agent_id="t")
+            if add:
+                for text in MEMORIES:
+                    await mem.add("fact", text, dedup="none")
+            reply = await mem.recall(QUERY, session_id=session, dedup_threshold=1.0)
+            return [r.content for r in reply.results]
+
+    async with handler(servers, "off") as off:
+        first = await recalled(off, "s-off", add=True)
+    assert first.index(MEMORIES[ANSWER]) > 0, first
+    async with handler(servers, "e5") as on:
+        second = await recalled(on, "s-on", add=False)
+    assert second[0] == MEMORIES[ANSWER], second
+    assert sorted(second) == sorted(first)
