@@ -204,22 +204,34 @@ async def _dedup(
         return fresh[: limit + EXTRA], 0
     batch = 2 * limit
     units = _units(await deps.store.reads.vectors(ns, [*window, *(p.id for p in fresh[:batch])]))
-    # A memory deleted since it was given is no longer compared with.
-    against = [units[mid] for mid in window if mid in units]
+    # A memory deleted since it was given is no longer compared with. The window's vectors
+    # (up to a few hundred) are compared with a batch of candidates in one product; this
+    # turn's choices (at most limit + EXTRA) one candidate at a time, as they are made.
+    held = [units[mid] for mid in window if mid in units]
+    given = np.stack(held) if held else None
+    chosen_vecs: list[np.ndarray] = []
     chosen: list[Pick] = []
     similar = 0
     for start in range(0, len(fresh), batch):
         part = fresh[start : start + batch]
         if start:
             units.update(_units(await deps.store.reads.vectors(ns, [p.id for p in part])))
+        known = [p.id for p in part if p.id in units]
+        near: dict[str, float] = {}
+        if known and given is not None:
+            best = (np.stack([units[mid] for mid in known]) @ given.T).max(axis=1)
+            near = dict(zip(known, best.tolist(), strict=True))
         for pick in part:
             vec = units.get(pick.id)
-            if vec is not None and against and float(np.max(np.stack(against) @ vec)) > threshold:
-                similar += 1
-                continue
-            chosen.append(pick)
             if vec is not None:
-                against.append(vec)
+                closest = near.get(pick.id, -np.inf)
+                if chosen_vecs:
+                    closest = max(closest, float(np.max(np.stack(chosen_vecs) @ vec)))
+                if closest > threshold:
+                    similar += 1
+                    continue
+                chosen_vecs.append(vec)
+            chosen.append(pick)
             if len(chosen) == limit + EXTRA:
                 return chosen, similar
     return chosen, similar
