@@ -28,10 +28,13 @@ MemoryId = Annotated[str, msgspec.Meta(min_length=1, max_length=limits.MAX_ID_CH
 ImportedId = Annotated[str, msgspec.Meta(pattern=limits.IMPORTED_ID_PATTERN)]
 Ids = Annotated[list[MemoryId], msgspec.Meta(min_length=1, max_length=limits.MAX_IDS)]
 Importance = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
-# v4: a memory's name, chosen by its writer: no control characters.
+# v4: a memory's name, chosen by its writer: no control characters (C0, DEL and C1: the
+# C1 ones are controls too, and invisible).
 MemoryKey = Annotated[
     str,
-    msgspec.Meta(min_length=1, max_length=limits.MAX_KEY_CHARS, pattern=r"^[^\x00-\x1f\x7f]*\Z"),
+    msgspec.Meta(
+        min_length=1, max_length=limits.MAX_KEY_CHARS, pattern=r"^[^\x00-\x1f\x7f-\x9f]*\Z"
+    ),
 ]
 Keys = Annotated[list[MemoryKey], msgspec.Meta(min_length=1, max_length=limits.MAX_IDS)]
 # v4: the version a conditional write expects (0: no current memory, for a keyed add).

@@ -78,7 +78,7 @@ export interface AddRequest {
   validFrom?: string | Date | null;
   /** RFC 3339 date-time. Default: `null`. Wire: `valid_until`. */
   validUntil?: string | Date | null;
-  /** 1..256 characters; pattern `^[^\x00-\x1f\x7f]*$`. Default: `null`. */
+  /** 1..256 characters; pattern `^[^\x00-\x1f\x7f-\x9f]*$`. Default: `null`. */
   key?: string | null;
   /** 0..9007199254740991. Default: `null`. Wire: `expected_version`. */
   expectedVersion?: number | null;
@@ -143,7 +143,7 @@ export interface ApplyAdd {
   validFrom?: string | Date | null;
   /** RFC 3339 date-time. Default: `null`. Wire: `valid_until`. */
   validUntil?: string | Date | null;
-  /** 1..256 characters; pattern `^[^\x00-\x1f\x7f]*$`. Default: `null`. */
+  /** 1..256 characters; pattern `^[^\x00-\x1f\x7f-\x9f]*$`. Default: `null`. */
   key?: string | null;
   /** 0..9007199254740991. Default: `null`. Wire: `expected_version`. */
   expectedVersion?: number | null;
@@ -232,7 +232,7 @@ export interface ApplySupersede {
   validFrom?: string | Date | null;
   /** RFC 3339 date-time. Default: `null`. Wire: `valid_until`. */
   validUntil?: string | Date | null;
-  /** 1..256 characters; pattern `^[^\x00-\x1f\x7f]*$`. Default: `null`. */
+  /** 1..256 characters; pattern `^[^\x00-\x1f\x7f-\x9f]*$`. Default: `null`. */
   key?: string | null;
   /** 0..9007199254740991. Default: `null`. Wire: `expected_version`. */
   expectedVersion?: number | null;
@@ -766,7 +766,7 @@ export interface ImportedMemory {
   idleTtlS?: number | null;
   /** 1..9007199254740991. Default: `1`. */
   version?: number;
-  /** 1..256 characters; pattern `^[^\x00-\x1f\x7f]*$`. Default: `null`. */
+  /** 1..256 characters; pattern `^[^\x00-\x1f\x7f-\x9f]*$`. Default: `null`. */
   key?: string | null;
 }
 
