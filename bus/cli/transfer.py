@@ -33,6 +33,7 @@ from bus.errors import BusError
 from contracts import limits
 from contracts.messages import ExportRequest, ImportedMemory, ImportRequest, RejectedEvent
 from contracts.subjects import DURABLE_STREAM, rejected_subject
+from contracts.types import STATE_TYPE
 
 # Import batches stay well under the 256 KiB request limit.
 IMPORT_BATCH_BYTES = 192 * 1024
@@ -100,18 +101,61 @@ def _batches(memories: list[ImportedMemory]) -> list[list[ImportedMemory]]:
     return [b for b in batches if b]
 
 
+def _refusal(m: ImportedMemory) -> str | None:
+    """Why the service would refuse this memory, of what it checks beyond the contract's
+    types: the import is sent in several requests, so a memory that one of them would refuse
+    must stop it before the first is sent, not after."""
+    texts: dict[str, list[str | None]] = {
+        "content": [m.content],
+        "title": [m.title],
+        "narrative": [m.narrative],
+        "facts": list(m.facts),
+    }
+    for name, values in texts.items():
+        if any(v is not None and "\x00" in v for v in values):
+            return f"`{name}` contains a NUL character (\\u0000)"
+    for name, text, cap in (
+        ("content", m.content, limits.MAX_CONTENT_BYTES),
+        ("narrative", m.narrative, limits.MAX_NARRATIVE_BYTES),
+    ):
+        if text is not None and len(text.encode()) > cap:
+            return f"`{name}` is {len(text.encode())} bytes; the limit is {cap}"
+    if m.metadata:
+        if (size := len(msgspec.json.encode(m.metadata))) > limits.MAX_METADATA_BYTES:
+            return f"`metadata` is {size} bytes of JSON; the limit is {limits.MAX_METADATA_BYTES}"
+        if limits.nesting(m.metadata) > limits.MAX_METADATA_NESTING:
+            return f"`metadata` nests more than {limits.MAX_METADATA_NESTING} levels deep"
+    if m.type == STATE_TYPE and m.workspace is None:
+        return "a state without a `workspace`"
+    return None
+
+
 def read_export(path: Path) -> list[ImportedMemory]:
-    """The memories of an export file; a bad line stops the import before anything is sent."""
+    """The memories of an export file; a bad line stops the import before anything is sent:
+    one that is no memory, one the service would refuse, or an id named twice (one request
+    holding both would be refused after the earlier ones were written)."""
     decoder = msgspec.json.Decoder(ImportedMemory)
     found: list[ImportedMemory] = []
+    seen: dict[str, int] = {}
     with path.open("rb") as lines:
         for number, line in enumerate(lines, 1):
             if not line.strip():
                 continue
             try:
-                found.append(decoder.decode(line))
+                memory = decoder.decode(line)
             except (msgspec.DecodeError, msgspec.ValidationError, ValueError) as exc:
                 raise BusError(f"{path}:{number}: not a memory of an export ({exc})") from None
+            if (why := _refusal(memory)) is not None:
+                raise BusError(
+                    f"{path}:{number}: memory {memory.id!r} would be refused ({why});"
+                    " nothing was imported. Fix or remove the line and import again."
+                )
+            if (first := seen.setdefault(memory.id, number)) != number:
+                raise BusError(
+                    f"{path}:{number}: id {memory.id!r} is on line {first} too; nothing was"
+                    " imported. Keep one line per memory and import again."
+                )
+            found.append(memory)
     return found
 
 

@@ -221,6 +221,42 @@ def test_import_refuses_a_broken_file_before_sending_anything(
     assert as_json(servers, ns, "describe")["total"] == 0
 
 
+@pytest.mark.parametrize(
+    ("line", "words"),
+    [
+        ({"id": "m40"}, "m40' is on line 41 too"),
+        ({"content": "x" * 40_000}, "`content` is 40000 bytes"),
+        ({"metadata": {"k": "v" * 9000}}, "`metadata` is 9008 bytes"),
+        ({"content": "a\u0000b"}, "NUL"),
+        ({"type": "state"}, "state without a `workspace`"),
+    ],
+)
+def test_import_refuses_a_memory_the_service_would_refuse_before_sending_anything(
+    servers: Servers, ns: str, tmp_path: Path, line: dict[str, object], words: str
+) -> None:
+    """The file goes in several requests (100 memories each): one the service refuses in a
+    later request used to stop the import after the first 100 were written."""
+    lines = [
+        {
+            "id": f"m{i}",
+            "type": "knowledge",
+            "content": f"line {i}",
+            "created_at": "2026-01-01T00:00:00Z",
+        }
+        for i in range(150)
+    ]
+    lines[130].update(line)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    result = CliRunner().invoke(
+        app, ["import", str(bad), "--no-durable", "--nats-url", servers.nats_url, "-n", ns]
+    )
+    assert result.exit_code == 1
+    assert "bad.jsonl:131" in result.stderr and words in result.stderr
+    assert "nothing was imported" in result.stderr
+    assert as_json(servers, ns, "describe")["total"] == 0
+
+
 def test_stats_lists_every_handler_instance(servers: Servers, ns: str) -> None:
     cli(servers, ns, "add", "knowledge", "counted by some handler")
     found = as_json(servers, ns, "stats")
