@@ -130,13 +130,29 @@ def _ms(d: datetime) -> int:
     return int(d.timestamp() * 1000)
 
 
-def _month_window(year: int, month: int, day: int | None = None) -> Window:
-    if day is not None:
-        start = datetime(year, month, day, tzinfo=UTC)
-        return Window(_ms(start), _ms(start + timedelta(days=1)))
-    start = datetime(year, month, 1, tzinfo=UTC)
-    end = datetime(year + (month == 12), month % 12 + 1, 1, tzinfo=UTC)
+def _month_window(year: int, month: int, day: int | None = None) -> Window | None:
+    """That day, or that month, of that year; None for a date the calendar does not hold
+    (a day past the month's end, year 0, the last day or month of year 9999, whose end
+    `datetime` cannot hold)."""
+    try:
+        if day is not None:
+            start = datetime(year, month, day, tzinfo=UTC)
+            return Window(_ms(start), _ms(start + timedelta(days=1)))
+        start = datetime(year, month, 1, tzinfo=UTC)
+        end = datetime(year + (month == 12), month % 12 + 1, 1, tzinfo=UTC)
+    except (ValueError, OverflowError):
+        return None
     return Window(_ms(start), _ms(end))
+
+
+def _days_back(today: datetime, days: int, width: int) -> Window | None:
+    """The `width` days either side of `days` before `today`; None past the calendar's
+    start ("3000 years ago")."""
+    try:
+        centre = today - timedelta(days=days)
+        return Window(_ms(centre - timedelta(days=width)), _ms(centre + timedelta(days=width + 1)))
+    except (ValueError, OverflowError):
+        return None
 
 
 _MONTH_WORDS = "|".join(sorted(MONTHS, key=len, reverse=True))
@@ -243,16 +259,15 @@ def _named_window(query: str, now_ms: int) -> Window | None:
     now = datetime.fromtimestamp(now_ms / 1000, UTC)
     if m := _ISO_RE.search(query):
         year, month = int(m.group(1)), int(m.group(2))
-        if 1 <= month <= 12:
-            day = int(m.group(3)) if m.group(3) else None
-            if day is None or 1 <= day <= calendar.monthrange(year, month)[1]:
-                return _month_window(year, month, day)
+        day = int(m.group(3)) if m.group(3) else None
+        if (window := _month_window(year, month, day)) is not None:
+            return window
     if m := _DAY_MONTH_RE.search(query):
         month = MONTHS[m.group(2).lower()]
         year_m = re.compile(r"\s*,?\s*(\d{4})\b").match(query, m.end())
         day = int(m.group(1))
-        if year_m and 1 <= day <= calendar.monthrange(int(year_m.group(1)), month)[1]:
-            return _month_window(int(year_m.group(1)), month, day)
+        if year_m and (window := _month_window(int(year_m.group(1)), month, day)) is not None:
+            return window
     for m in _MONTH_RE.finditer(query):
         word = m.group(2).lower()
         if word == "may" and not (m.group(1) or m.group(4) or _after_preposition(query, m)):
@@ -268,9 +283,11 @@ def _named_window(query: str, now_ms: int) -> Window | None:
             year = now.year if rel == "this" or month > now.month else now.year + 1
         else:
             return Window(0, 0, month)  # that month of any year
-        if day is not None and not 1 <= day <= calendar.monthrange(year, month)[1]:
-            day = None
-        return _month_window(year, month, day)
+        if (window := _month_window(year, month, day)) is None:
+            window = _month_window(year, month)  # "February 30, 2024": the month
+        if window is not None:
+            return window
+        continue  # a year the calendar does not hold ("May 0000")
     if m := _YEAR_RE.search(query):
         year = int(m.group(1) or m.group(2))
         if 1900 <= year <= 2200:
@@ -282,8 +299,8 @@ def _named_window(query: str, now_ms: int) -> Window | None:
         n = _NUMBERS.get(m.group(1).lower()) or int(m.group(1))
         days = n * _UNIT_DAYS[m.group(2).lower()]
         width = max(1, _UNIT_DAYS[m.group(2).lower()] // 2)
-        centre = today - timedelta(days=days)
-        return Window(_ms(centre - timedelta(days=width)), _ms(centre + timedelta(days=width + 1)))
+        if (window := _days_back(today, days, width)) is not None:
+            return window
     if m := _RELATIVE_RE.search(query):
         words = " ".join(m.group(1).lower().split())
         if words in ("today", "tonight", "this morning"):

@@ -160,3 +160,14 @@ async def test_signals_keep_superseded_memories_out(in_process, ns: str) -> None
 
 def test_by_default_times_count_and_names_do_not() -> None:
     assert (RankWeights().names, RankWeights().times) == (0.0, 0.2)
+
+
+async def test_a_date_past_the_calendar_searches_as_a_query_naming_no_time(
+    in_process, ns: str
+) -> None:
+    # "after 9999-12-31" raised OverflowError in the time parsing: an internal error reply.
+    clock = Clock()
+    deps = with_weights(in_process, clock, times=0.2)
+    added = await writes.add(ns, AddRequest(type="knowledge", content="the launch date"), deps)
+    for query in ("launch after 9999-12-31", "launch 3000 years ago", "launch on 0000-01-01"):
+        assert await order(ns, deps, query) == [added.id]

@@ -231,3 +231,28 @@ def test_the_signals_weights_come_from_their_variables() -> None:
     assert (settings.weights.times, settings.weights.names) == (0.2, 0.05)
     with pytest.raises(SettingsError, match="MEMBUS_RANK_NAMES='-1'"):
         load_settings({"MEMBUS_EMBEDDER": "hash", "MEMBUS_RANK_NAMES": "-1"})
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "after 9999-12-31",  # the day after the calendar's last
+        "since 9999-12",
+        "what happened on 0000-01-01",  # year 0
+        "in December 9999",
+        "May 0000",
+        "December 31, 9999",
+        "1 January 0000",
+        "3000 years ago",  # before year 1
+        "99999999999999999999 days ago",  # more days than a timedelta holds
+    ],
+)
+def test_a_date_the_calendar_cannot_hold_names_no_time(query: str) -> None:
+    # These raised OverflowError / ValueError, an internal error on every search and recall.
+    assert time_window(query, NOW) is None
+
+
+def test_a_date_out_of_range_gives_way_to_the_next_expression() -> None:
+    assert time_window("not 9999-12-31 but June 2022", NOW) == Window(
+        ms(2022, 6, 1), ms(2022, 7, 1)
+    )
