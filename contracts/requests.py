@@ -64,10 +64,11 @@ class Context(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, kw
     constraints: ContextText | None = None
 
 
-# Fields that name something (a workspace, a state, a person, a memory's v4 `key`): what
-# looks the same is the same name, so each is kept in Unicode NFC ("Café" typed or pasted
-# either way is one name).
-NAME_FIELDS = ("workspace", "name", "people", "related_people", "key", "keys")
+# Fields that name something (a workspace, a state, a person): what looks the same is the
+# same name, so each is kept in Unicode NFC ("Café" typed or pasted either way is one name).
+# A memory's v4 `key` is not among them: it is the writer's identifier, matched byte for byte
+# as ids are, and reported as written.
+NAME_FIELDS = ("workspace", "name", "people", "related_people")
 
 
 def nfc_names(struct: msgspec.Struct, fields: tuple[str, ...] = NAME_FIELDS) -> None:

@@ -5,7 +5,6 @@ memory or replaces, in place, the current memory of its store holding that key; 
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
 
 import msgspec
 import pytest
@@ -143,31 +142,6 @@ async def test_bad_keyed_adds_are_refused(
         await wf123.add("fact", "x", **fields)  # type: ignore[arg-type]
     assert words in caught.value.message
     assert (await wf123.list(limit=10)).memories == []
-
-
-async def test_a_key_typed_composed_or_decomposed_is_one_key(
-    bus: MemoryBus, wf123: AgentMemory, ns: str
-) -> None:
-    composed, decomposed = "caf\u00e9/theme", "cafe\u0301/theme"
-    first = await wf123.add("user_pref", "Theme: dark", key=composed)
-    second = await wf123.add("user_pref", "Theme: light", key=decomposed)
-    assert second.id == first.id and second.replaced and second.version == 2
-    got = await wf123.get(keys=[decomposed])
-    assert [(m.id, m.key) for m in got.memories] == [(first.id, composed)]
-    # An import's key is a name too: a decomposed twin of a held key is not held twice.
-    await bus.import_memories(
-        [
-            ImportedMemory(
-                id="imported-twin",
-                type="user_pref",
-                content="Theme: blue",
-                created_at=datetime(2026, 1, 1, tzinfo=UTC),
-                key=decomposed,
-            )
-        ]
-    )
-    twin = await wf123.get(ids=["imported-twin"])
-    assert [m.key for m in twin.memories] == [None]
 
 
 async def test_apply_refuses_a_keyed_action(wf123: AgentMemory) -> None:
