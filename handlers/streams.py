@@ -19,6 +19,7 @@ add (a mention of the memory) by its text.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +43,10 @@ SCAN_MAX = 50_000
 MIN_CONTAINED = 12
 # Durable operations whose new memory's id derives from the request id.
 _DERIVED_OPS = ("add", "capture")
+# A write whose script ran just before the erasure's can publish its event (a preview of
+# the text) after the scan read a stream's last message: the streams are read once more,
+# from where the scan ended, this long after it.
+LATE_WRITES_S = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,17 +111,24 @@ class Streams:
         SCAN_MAX of the namespace's messages, the rest unread)."""
         filters = [f"{DURABLE_PREFIX}.{ns}.>", f"{PREFIX}.{ns}.>"]
         erased, whole = 0, True
-        for info in await self._every_stream():
-            subjects = list(info.config.subjects or [])
-            name = info.config.name or ""
-            mine = [f for f in filters if any(overlaps(f, s) for s in subjects)]
-            if not mine and not name.startswith(OWN_PREFIX):
-                continue
-            last = info.state.last_seq
-            for flt in mine:
-                n, done = await self._erase_in(name, flt, info.state.first_seq, last, sought)
-                erased += n
-                whole = whole and done
+        read_to: dict[str, int] = {}  # each stream's last sequence read
+        for again in (False, True):
+            if again:
+                await asyncio.sleep(LATE_WRITES_S)
+            for info in await self._every_stream():
+                subjects = list(info.config.subjects or [])
+                name = info.config.name or ""
+                mine = [f for f in filters if any(overlaps(f, s) for s in subjects)]
+                if not mine and not name.startswith(OWN_PREFIX):
+                    continue
+                first, last = info.state.first_seq, info.state.last_seq
+                if name in read_to:
+                    first = max(first, read_to[name] + 1)
+                for flt in mine:
+                    n, done = await self._erase_in(name, flt, first, last, sought)
+                    erased += n
+                    whole = whole and done
+                read_to[name] = last
         return erased, whole
 
     async def _every_stream(self) -> list[Any]:

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import uuid
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
@@ -28,6 +29,7 @@ from redisvl.extensions.cache.embeddings import EmbeddingsCache
 from bus import Forbidden, MemoryBus
 from bus.webhook import consumer_config, ensure_stream, stream_name
 from contracts.messages import Event
+from contracts.subjects import event_subject
 from handlers.durable import DurableWriteConsumer
 from handlers.embed import HashEmbedder
 from handlers.embed.cache import CachedEmbedder, entry_key
@@ -287,3 +289,44 @@ async def test_a_reduced_trust_erase_is_refused_and_erases_nothing(ebus: MemoryB
     assert "full trust" in refused.value.message
     assert [m.id for m in (await mem.get([added.id])).memories] == [added.id]
     assert (await mem.delete([added.id])).deleted == 1  # a plain delete is allowed
+
+
+async def test_an_event_published_just_after_the_streams_were_read_is_erased_too(
+    here: InProcess, ebus: MemoryBus, servers: Servers, ns: str
+) -> None:
+    # A write whose script ran just before the erasure's publishes its event (a preview of
+    # its text) late: here, right after the erasure first lists the streams.
+    marker = f"late-{uuid.uuid4().hex}"
+    mem = ebus.agent(agent_id="writer")
+    async with webhook_stream(here.nc, ns):  # type: ignore[arg-type]
+        added = await mem.add("fact", f"first text {marker}")
+        streams = here.deps.streams
+        assert streams is not None
+        listed = streams._every_stream
+        late = Event(
+            action="updated",
+            id=added.id,
+            type="fact",
+            workflow_id=None,
+            agent_id="writer",
+            at=datetime.now(UTC),
+            preview=f"second text {marker}",
+        )
+        calls = 0
+
+        async def list_then_publish() -> list[Any]:
+            nonlocal calls
+            calls += 1
+            infos = await listed()
+            if calls == 1:
+                subject = event_subject(ns, None, "fact", "updated")
+                await here.nc.publish(subject, msgspec.json.encode(late))
+                await here.nc.flush()
+            return infos
+
+        streams._every_stream = list_then_publish  # type: ignore[method-assign]
+        try:
+            await mem.delete([added.id], erase=True)
+        finally:
+            streams._every_stream = listed  # type: ignore[method-assign]
+        assert await hits(servers, here.nc, marker) == []  # type: ignore[arg-type]
