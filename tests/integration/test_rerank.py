@@ -45,14 +45,18 @@ async def handler(servers: Servers, rerank: str) -> AsyncIterator[InProcess]:
                 await here.deps.reranker.close()
 
 
-async def ranked(here: InProcess, ns: str, add: bool) -> list[str]:
+async def ranked(here: InProcess, ns: str, add: bool, session: str | None = None) -> list[str]:
+    """The contents `search` gives QUERY, or `recall` in `session`."""
     async with await MemoryBus.connect(namespace=ns, nc=here) as bus:  # type: ignore[arg-type]
         mem = bus.agent(agent_id="t")
         if add:
             for text in MEMORIES:
                 await mem.add("fact", text, dedup="none")
-        reply = await mem.search(QUERY, limit=5)
-        return [r.content for r in reply.results]
+        if session is None:
+            found = (await mem.search(QUERY, limit=5)).results
+            return [r.content for r in found]
+        given = await mem.recall(QUERY, session_id=session, dedup_threshold=1.0)
+        return [r.content for r in given.results]
 
 
 async def test_the_second_opinion_lifts_the_memory_that_answers(servers: Servers, ns: str) -> None:
@@ -120,19 +124,10 @@ async def test_a_text_mode_search_is_not_re_ordered(servers: Servers, ns: str) -
 async def test_recall_is_re_ordered_as_search_is(servers: Servers, ns: str) -> None:
     # Pre-turn recall's search path takes the second opinion's order too; each handler's
     # session is new, so nothing is left out as already given.
-    async def recalled(here: InProcess, session: str, add: bool) -> list[str]:
-        async with await MemoryBus.connect(namespace=ns, nc=here) as bus:  # type: ignore[arg-type]
-            mem = bus.agent(agent_id="t")
-            if add:
-                for text in MEMORIES:
-                    await mem.add("fact", text, dedup="none")
-            reply = await mem.recall(QUERY, session_id=session, dedup_threshold=1.0)
-            return [r.content for r in reply.results]
-
     async with handler(servers, "off") as off:
-        first = await recalled(off, "s-off", add=True)
+        first = await ranked(off, ns, add=True, session="s-off")
     assert first.index(MEMORIES[ANSWER]) > 0, first
     async with handler(servers, "e5") as on:
-        second = await recalled(on, "s-on", add=False)
+        second = await ranked(on, ns, add=False, session="s-on")
     assert second[0] == MEMORIES[ANSWER], second
     assert sorted(second) == sorted(first)
