@@ -182,9 +182,12 @@ def error_body(error: HandlerError) -> bytes:
     return _encoder.encode(ErrorReply(code=error.code, error=error.message))
 
 
-def caller_access(op: str, trust: str) -> Access:
-    """The caller's access from the subject's trust token; `forbidden` where it has none."""
-    access = ACCESS.get(trust)
+def caller_access(op: str, trust: str, explicit: bool = False) -> Access:
+    """The caller's access from the subject's trust token; `forbidden` where it has none.
+    `explicit`: the subject spells the token out (`mem.<ns>.<op>.<trust>`). Full trust has
+    no token (PROTOCOL "Trust and stores"), so a spelt-out `full` is unknown like any other:
+    otherwise a permission written for the three reduced tokens would not cover it."""
+    access = None if explicit and trust == FULL_TRUST else ACCESS.get(trust)
     if access is None:
         raise InvalidRequest(
             f"Unknown trust level {trust!r} in the subject. Use mem.<ns>.{op} (full trust) or"
@@ -298,7 +301,7 @@ async def _run(
             raise InvalidRequest(
                 f"Namespace {ns!r} in subject {subject!r} must match {NAMESPACE_PATTERN}."
             )
-        access = caller_access(op, trust)
+        access = caller_access(op, trust, explicit=subject.count(".") == 3)
         if access is not deps.access or write is not None:
             deps = dataclasses.replace(deps, access=access, write=write)
         request = decode_request(op, body)

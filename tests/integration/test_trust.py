@@ -167,6 +167,20 @@ async def test_an_unknown_trust_token_is_invalid_request(bus: MemoryBus) -> None
     assert "inner, familiar, public" in reply["error"]
 
 
+async def test_a_spelt_out_full_trust_token_is_refused_not_full_trust(bus: MemoryBus) -> None:
+    # Full trust is the subject without a token; `.full` is none of inner, familiar, public.
+    await bus.agent().add("knowledge", "the private launch codeword is zebra")
+    msg = await bus.nc.request(f"mem.{bus.namespace}.search.full", b'{"query": "zebra"}', timeout=5)
+    reply = json.loads(msg.data)
+    assert (reply["success"], reply["code"]) == (False, "invalid_request")
+    assert "inner, familiar, public" in reply["error"]
+    msg = await bus.nc.request(
+        f"mem.{bus.namespace}.add.full", b'{"type": "knowledge", "content": "x"}', timeout=5
+    )
+    assert json.loads(msg.data)["code"] == "invalid_request"
+    assert (await bus.agent().describe()).total == 1
+
+
 async def test_events_carry_the_store(bus: MemoryBus, as_trust: As) -> None:
     sub = await bus.nc.subscribe(f"mem.{bus.namespace}.events.wf_t.>")
     await bus.nc.flush()
