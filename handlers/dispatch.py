@@ -118,7 +118,8 @@ def _explain(op: str, exc: msgspec.ValidationError) -> str:
         return f'Unknown field "{name}" in {where}.{hint} Known fields: {", ".join(fields)}.'
     # A name's regex says nothing to a reader; the hint below says it in words.
     text = text.replace(f"`str` matching regex {NAME_PATTERN!r}", "a name")
-    message = f"Invalid {op} request: {text}."
+    # A check's own message (a ValueError in __post_init__) may end its sentence already.
+    message = f"Invalid {op} request: {text.removesuffix('.')}."
     if match := _FIELD_PATH_RE.search(text):
         name = match.group(1)
         if allowed := _allowed_values(op, name):

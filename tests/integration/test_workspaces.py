@@ -478,5 +478,6 @@ async def test_names_hold_no_invisible_or_blank_edges(bus: MemoryBus, name: str)
 async def test_clearing_states_says_why_first(bus: MemoryBus) -> None:
     reply = await raw(bus, "clear_by_type", {"type": "state"})
     assert reply["code"] == "invalid_request" and "immutable" in str(reply["error"])
+    assert str(reply["error"]).endswith("list_states.")  # one full stop, not two
     typo = await raw(bus, "search", {"query": "x", "types": ["states"]})
     assert 'Did you mean "state"?' in str(typo["error"])
