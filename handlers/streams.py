@@ -27,7 +27,7 @@ from typing import Any
 import msgspec
 import structlog
 from nats.js import JetStreamContext
-from nats.js.errors import NotFoundError
+from nats.js.errors import APIError, NotFoundError
 
 from contracts.subjects import DURABLE_PREFIX, PREFIX
 from handlers.store.ids import derived_id
@@ -47,6 +47,9 @@ _DERIVED_OPS = ("add", "capture")
 # the text) after the scan read a stream's last message: the streams are read once more,
 # from where the scan ended, this long after it.
 LATE_WRITES_S = 0.05
+# JetStream's "no message found": its answer (code 500, which nats-py raises as a
+# ServerError, not NotFoundError) to a delete of a message gone since it was read.
+NO_MESSAGE = 10057
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,8 +158,10 @@ class Streams:
                 try:
                     if await self.js.delete_msg(stream, msg.seq):
                         erased += 1
-                except NotFoundError:
-                    pass  # acknowledged (a work queue) or aged out meanwhile
+                except APIError as exc:
+                    # Acknowledged (a work queue) or aged out meanwhile: gone, as wanted.
+                    if not isinstance(exc, NotFoundError) and exc.err_code != NO_MESSAGE:
+                        raise
             seq = msg.seq + 1
         log.warning("erase.scan_bounded", stream=stream, subject=flt, read=SCAN_MAX, at=seq)
         return erased, seq > last

@@ -330,3 +330,34 @@ async def test_an_event_published_just_after_the_streams_were_read_is_erased_too
         finally:
             streams._every_stream = listed  # type: ignore[method-assign]
         assert await hits(servers, here.nc, marker) == []  # type: ignore[arg-type]
+
+
+async def test_a_message_gone_between_the_erasures_read_and_its_delete_fails_nothing(
+    here: InProcess, ebus: MemoryBus, servers: Servers, ns: str
+) -> None:
+    # A durable write of the memory taken from the work queue (acknowledged, so removed)
+    # after the erasure read it and before it deletes it: JetStream then answers the delete
+    # "no message found" (code 500, err_code 10057), which is no failure of NATS.
+    marker = f"gone-{uuid.uuid4().hex}"
+    mem = ebus.agent(agent_id="writer")
+    async with webhook_stream(here.nc, ns) as stream:  # type: ignore[arg-type]
+        added = await mem.add("fact", f"first text {marker}")
+        await mem.update(added.id, content=f"second text {marker}")
+        streams = here.deps.streams
+        assert streams is not None
+        js = streams.js
+        read = js.get_msg
+
+        async def read_then_lose(name: str, seq: int, **kwargs: Any) -> Any:
+            msg = await read(name, seq, **kwargs)
+            if name == stream:
+                await js.delete_msg(name, msg.seq)  # as an acknowledgement would
+            return msg
+
+        js.get_msg = read_then_lose  # type: ignore[method-assign]
+        try:
+            reply = await mem.delete([added.id], erase=True)
+        finally:
+            js.get_msg = read  # type: ignore[method-assign]
+        assert (reply.deleted, reply.erased, reply.scan_complete) == (1, 1, True)
+        assert await hits(servers, here.nc, marker) == []  # type: ignore[arg-type]
