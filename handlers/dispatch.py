@@ -141,6 +141,14 @@ def decode_request(op: str, body: bytes) -> Request:
     try:
         return _decoders[op].decode(body)
     except msgspec.ValidationError as exc:
+        # A null where a field with a default takes none (JSON libraries in other languages
+        # write absent optional fields as null): taken as absent, and decoded again. Only
+        # on this path, so a valid request is decoded once.
+        if (again := _nulls_as_absent(op, body)) is not None:
+            try:
+                return _decoders[op].decode(again)
+            except msgspec.ValidationError as exc_again:
+                raise InvalidRequest(_explain(op, exc_again)) from None
         raise InvalidRequest(_explain(op, exc)) from None
     except msgspec.DecodeError as exc:
         raise InvalidRequest(
@@ -156,6 +164,50 @@ def decode_request(op: str, body: bytes) -> Request:
             "The request nests too deeply; flatten its free-form objects (`metadata`,"
             " `preferences`, `args`)."
         ) from None
+
+
+def _nulls_as_absent(op: str, body: bytes) -> bytes | None:
+    """The body without the nulls of fields that have a default but do not take null (at
+    any depth the request's types reach); None when it holds none."""
+    try:
+        value = msgspec.json.decode(body)
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+        return None
+    dropped = [0]
+    value = _drop_nulls(value, mi.type_info(REQUEST_TYPES[op]), dropped)
+    return _encoder.encode(value) if dropped[0] else None
+
+
+def _takes_null(info: mi.Type) -> bool:
+    types = info.types if isinstance(info, mi.UnionType) else (info,)
+    return any(isinstance(t, mi.NoneType | mi.AnyType) for t in types)
+
+
+def _drop_nulls(value: object, info: mi.Type, dropped: list[int]) -> object:
+    if isinstance(value, list) and isinstance(info, mi.ListType):
+        return [_drop_nulls(v, info.item_type, dropped) for v in value]
+    if not isinstance(value, dict):
+        return value
+    if isinstance(info, mi.UnionType):
+        # The object's struct: the one its tag names, or the only one.
+        shapes = [t for t in info.types if isinstance(t, mi.StructType)]
+        tagged = [t for t in shapes if t.tag_field and value.get(t.tag_field) == t.tag]
+        if not shapes:
+            return value
+        info = (tagged or shapes)[0]
+    if not isinstance(info, mi.StructType):
+        return value
+    fields = {f.encode_name: f for f in info.fields}
+    out: dict[str, object] = {}
+    for name, v in value.items():
+        field = fields.get(name)
+        if field is None:
+            out[name] = v  # unknown: the decoder refuses it by name
+        elif v is None and not field.required and not _takes_null(field.type):
+            dropped[0] += 1
+        else:
+            out[name] = _drop_nulls(v, field.type, dropped)
+    return out
 
 
 def _result_count(reply: msgspec.Struct) -> int | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import msgspec
 import pytest
 
 from contracts import limits
@@ -249,3 +250,41 @@ def test_unknown_type_is_invalid_request_listing_known_types() -> None:
     assert 'Unknown memory type "pref"' in message
     for name in DEFAULT_TYPES:
         assert name in message
+
+
+def _defaulted_fields(op: str) -> list[str]:
+    """The fields of `op`'s request that have a default and do not take null."""
+    info = msgspec.inspect.type_info(REQUEST_TYPES[op])
+    assert isinstance(info, msgspec.inspect.StructType)
+    out = []
+    for f in info.fields:
+        types = f.type.types if isinstance(f.type, msgspec.inspect.UnionType) else (f.type,)
+        if not f.required and not any(isinstance(t, msgspec.inspect.NoneType) for t in types):
+            out.append(f.encode_name)
+    return out
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_a_null_for_a_field_with_a_default_is_taken_as_absent(op: str) -> None:
+    # As JSON libraries of other languages write an absent optional field (Jackson, serde).
+    example = dict(BY_NAME[op].example)
+    for name in _defaulted_fields(op):
+        absent = {k: v for k, v in example.items() if k != name}
+        assert decode_request(op, body({**absent, name: None})) == decode_request(
+            op, body(absent)
+        ), name
+
+
+def test_nulls_in_tagged_actions_are_taken_as_absent() -> None:
+    raw = {"actions": [{"action": "add", "type": "fact", "content": "x", "tags": None}]}
+    req = decode_request("apply", body(raw))
+    assert req.actions[0].tags == []  # type: ignore[attr-defined]
+
+
+def test_a_null_that_means_something_is_kept_and_a_required_null_refused() -> None:
+    # On update, a null bound opens the window (absent: left as it is).
+    opened = decode_request("update", body({"id": "m1", "importance": 0.5, "valid_until": None}))
+    kept = decode_request("update", body({"id": "m1", "importance": 0.5}))
+    assert opened != kept
+    with pytest.raises(InvalidRequest, match="content"):
+        decode_request("add", body({"type": "fact", "content": None, "tags": None}))
