@@ -3,8 +3,9 @@ message that holds an erased memory's id or text is deleted, by sequence.
 
 Which streams: those the bus makes (`MEMBUS_*`: the durable writes' `MEMBUS_WRITES`, the
 webhooks' `MEMBUS_EVENTS_<ns>`) and any other whose subjects overlap the namespace's
-(`mem.<ns>.>`, `memq.<ns>.>`: an operator's stream that a webhook uses). Each is read on
-the namespace's subjects only, one message at a time (`next_by_subj`), at most
+(`mem.<ns>.>`, `memq.<ns>.>`: an operator's stream that a webhook uses). A stream of the
+namespace's messages alone (a webhook's) is read by sequence, `WINDOW` at a time; any other
+on the namespace's subjects only, one message at a time (`next_by_subj`). At most
 `SCAN_MAX` messages per stream and subject: erasure is rare, and a stream of one namespace
 holds a few days of its events. A deleted message is overwritten on disk by the server
 (STREAM.MSG.DELETE without `no_erase`).
@@ -48,8 +49,11 @@ _DERIVED_OPS = ("add", "capture")
 # from where the scan ended, this long after it.
 LATE_WRITES_S = 0.05
 # JetStream's "no message found": its answer (code 500, which nats-py raises as a
-# ServerError, not NotFoundError) to a delete of a message gone since it was read.
-NO_MESSAGE = 10057
+# ServerError, not NotFoundError) to a delete of a message gone since it was read; and
+# (10037) to a read of a sequence that holds none.
+NO_MESSAGE = (10057, 10037)
+# Sequences read at once from a stream of one namespace's messages.
+WINDOW = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +106,19 @@ def overlaps(a: str, b: str) -> bool:
     return _tokens_overlap(a.split("."), b.split("."))
 
 
+def covers(flt: str, subject: str) -> bool:
+    """Whether every subject the pattern `subject` matches is matched by `flt`."""
+    f, s = flt.split("."), subject.split(".")
+    for i, x in enumerate(f):
+        if x == ">":
+            return len(s) > i
+        if i >= len(s) or s[i] == ">" or (s[i] == "*" and x != "*"):
+            return False
+        if x not in ("*", s[i]):
+            return False
+    return len(f) == len(s)
+
+
 class Streams:
     """Erasure's reading and deleting of stream messages."""
 
@@ -127,8 +144,12 @@ class Streams:
                 first, last = info.state.first_seq, info.state.last_seq
                 if name in read_to:
                     first = max(first, read_to[name] + 1)
-                for flt in mine:
-                    n, done = await self._erase_in(name, flt, first, last, sought)
+                whole_stream = [f for f in mine if all(covers(f, s) for s in subjects)]
+                for flt in whole_stream[:1] or mine:
+                    if whole_stream:  # every message is the namespace's: read by sequence
+                        n, done = await self._erase_every(name, first, last, sought)
+                    else:
+                        n, done = await self._erase_in(name, flt, first, last, sought)
                     erased += n
                     whole = whole and done
                 read_to[name] = last
@@ -144,6 +165,8 @@ class Streams:
     async def _erase_in(
         self, stream: str, flt: str, first: int, last: int, sought: Sought
     ) -> tuple[int, bool]:
+        """A stream that holds other namespaces' messages too: the next of `flt`'s, one
+        request at a time."""
         seq, erased = max(first, 1), 0
         for _ in range(SCAN_MAX):
             if seq > last:
@@ -155,16 +178,46 @@ class Streams:
             if msg.seq is None or msg.seq > last:
                 return erased, True
             if self._marked(stream, msg, sought):
-                try:
-                    if await self.js.delete_msg(stream, msg.seq):
-                        erased += 1
-                except APIError as exc:
-                    # Acknowledged (a work queue) or aged out meanwhile: gone, as wanted.
-                    if not isinstance(exc, NotFoundError) and exc.err_code != NO_MESSAGE:
-                        raise
+                erased += await self._delete(stream, msg.seq)
             seq = msg.seq + 1
         log.warning("erase.scan_bounded", stream=stream, subject=flt, read=SCAN_MAX, at=seq)
         return erased, seq > last
+
+    async def _erase_every(
+        self, stream: str, first: int, last: int, sought: Sought
+    ) -> tuple[int, bool]:
+        """A stream of the namespace's messages alone (a webhook's): every sequence read,
+        `WINDOW` requests at a time (one at a time, 3,000 events took 1.7 s)."""
+        seq, erased = max(first, 1), 0
+        while seq <= last:
+            if seq - max(first, 1) >= SCAN_MAX:
+                log.warning("erase.scan_bounded", stream=stream, read=SCAN_MAX, at=seq)
+                return erased, False
+            window = range(seq, min(last, seq + WINDOW - 1) + 1)
+            found = await asyncio.gather(*(self._get(stream, n) for n in window))
+            marked = [m.seq for m in found if m is not None and self._marked(stream, m, sought)]
+            erased += sum(await asyncio.gather(*(self._delete(stream, n) for n in marked)))
+            seq = window[-1] + 1
+        return erased, True
+
+    async def _get(self, stream: str, seq: int) -> Any:
+        """The message at `seq`; None where none is (deleted, or aged out)."""
+        try:
+            return await self.js.get_msg(stream, seq)
+        except APIError as exc:
+            if isinstance(exc, NotFoundError) or exc.err_code in NO_MESSAGE:
+                return None
+            raise
+
+    async def _delete(self, stream: str, seq: int) -> int:
+        """1 if the message at `seq` was deleted; 0 if it went meanwhile."""
+        try:
+            return int(bool(await self.js.delete_msg(stream, seq)))
+        except APIError as exc:
+            # Acknowledged (a work queue) or aged out meanwhile: gone, as wanted.
+            if isinstance(exc, NotFoundError) or exc.err_code in NO_MESSAGE:
+                return 0
+            raise
 
     @staticmethod
     def _marked(stream: str, msg: Any, sought: Sought) -> bool:

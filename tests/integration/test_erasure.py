@@ -361,3 +361,23 @@ async def test_a_message_gone_between_the_erasures_read_and_its_delete_fails_not
             js.get_msg = read  # type: ignore[method-assign]
         assert (reply.deleted, reply.erased, reply.scan_complete) == (1, 1, True)
         assert await hits(servers, here.nc, marker) == []  # type: ignore[arg-type]
+
+
+async def test_a_webhook_stream_is_read_whole_across_the_gaps_earlier_erasures_left(
+    here: InProcess, ebus: MemoryBus, servers: Servers, ns: str
+) -> None:
+    # A namespace's own stream is read by sequence, many at once; deleted messages are gaps.
+    mem = ebus.agent(agent_id="writer")
+    async with webhook_stream(here.nc, ns):  # type: ignore[arg-type]
+        markers = [f"gap-{i}-{uuid.uuid4().hex}" for i in range(3)]
+        added = [await mem.add("fact", f"text {m}") for m in markers]
+        await mem.add("fact", "a memory that stays")
+        for i in range(200):  # more events than one window of reads
+            await mem.update(added[1].id, content=f"text {markers[1]} revised {i}")
+        first = await mem.delete([added[0].id], erase=True)
+        second = await mem.delete([added[1].id], erase=True)
+        third = await mem.delete([added[2].id], erase=True)
+        assert [r.erased_messages for r in (first, second, third)] == [1, 201, 1]
+        assert all(r.scan_complete for r in (first, second, third))
+        for marker in markers:
+            assert await hits(servers, here.nc, marker) == []  # type: ignore[arg-type]

@@ -13,7 +13,7 @@ from handlers.ops.erasure import past_contents, record_texts
 from handlers.store.keys import EMBED_CACHE
 from handlers.store.record import Entry, Record
 from handlers.store.text import WORDS_TOTAL, word_field
-from handlers.streams import Sought, overlaps
+from handlers.streams import Sought, covers, overlaps
 
 ID = "01JZ8Q4M3V7T2K9D5X6R1N0BCA"
 
@@ -100,3 +100,25 @@ def test_the_texts_erased_are_the_records_and_its_past_contents() -> None:
         Entry(event="updated", at=3, changes={"importance": {"old": 0.5, "new": 0.9}}),
     ]
     assert past_contents(history) == ["v1", "v2"]
+
+
+@pytest.mark.parametrize(
+    ("flt", "subject", "expected"),
+    [
+        ("mem.ns1.>", "mem.ns1.events.>", True),  # a webhook's stream: read by sequence
+        ("mem.ns1.>", "mem.ns1.events.x.y", True),
+        ("mem.ns1.>", "mem.ns1", False),
+        ("mem.ns1.>", "mem.*.events.>", False),  # other namespaces' too
+        ("mem.ns1.>", "mem.>", False),
+        ("memq.ns1.>", "memq.>", False),  # the durable writes' queue of every namespace
+        ("mem.ns1.*", "mem.ns1.x", True),
+        ("mem.ns1.*", "mem.ns1.>", False),
+        ("mem.ns1.*", "mem.ns1.*", True),
+        ("mem.ns1.x", "mem.ns1.*", False),
+        (">", "anything.at.all", True),
+    ],
+)
+def test_a_filter_covers_a_stream_subject_only_when_it_matches_all_it_does(
+    flt: str, subject: str, expected: bool
+) -> None:
+    assert covers(flt, subject) is expected
