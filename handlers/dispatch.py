@@ -141,10 +141,11 @@ def decode_request(op: str, body: bytes) -> Request:
     try:
         return _decoders[op].decode(body)
     except msgspec.ValidationError as exc:
-        # A null where a field with a default takes none (JSON libraries in other languages
-        # write absent optional fields as null): taken as absent, and decoded again. Only
-        # on this path, so a valid request is decoded once.
-        if (again := _nulls_as_absent(op, body)) is not None:
+        # What JSON libraries of other languages write for what we mean: an absent optional
+        # field as null (taken as absent where the field has a default and takes no null),
+        # a whole number as 10.0 (taken as 10 where an integer is wanted). Decoded again,
+        # only on this path, so a valid request is decoded once.
+        if (again := _as_meant(op, body)) is not None:
             try:
                 return _decoders[op].decode(again)
             except msgspec.ValidationError as exc_again:
@@ -166,26 +167,34 @@ def decode_request(op: str, body: bytes) -> Request:
         ) from None
 
 
-def _nulls_as_absent(op: str, body: bytes) -> bytes | None:
-    """The body without the nulls of fields that have a default but do not take null (at
-    any depth the request's types reach); None when it holds none."""
+def _as_meant(op: str, body: bytes) -> bytes | None:
+    """The body without the nulls of fields that have a default but take no null, and with
+    whole numbers written as floats (10.0) as integers where an integer is wanted, at any
+    depth the request's types reach; None when it holds neither."""
     try:
         value = msgspec.json.decode(body)
     except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
         return None
-    dropped = [0]
-    value = _drop_nulls(value, mi.type_info(REQUEST_TYPES[op]), dropped)
-    return _encoder.encode(value) if dropped[0] else None
+    changed = [0]
+    value = _meant(value, mi.type_info(REQUEST_TYPES[op]), changed)
+    return _encoder.encode(value) if changed[0] else None
 
 
-def _takes_null(info: mi.Type) -> bool:
-    types = info.types if isinstance(info, mi.UnionType) else (info,)
-    return any(isinstance(t, mi.NoneType | mi.AnyType) for t in types)
+def _members(info: mi.Type) -> tuple[mi.Type, ...]:
+    return info.types if isinstance(info, mi.UnionType) else (info,)
 
 
-def _drop_nulls(value: object, info: mi.Type, dropped: list[int]) -> object:
+def _meant(value: object, info: mi.Type, changed: list[int]) -> object:
+    if isinstance(value, float) and value.is_integer():
+        kinds = _members(info)
+        if any(isinstance(t, mi.IntType) for t in kinds) and not any(
+            isinstance(t, mi.FloatType) for t in kinds
+        ):
+            changed[0] += 1
+            return int(value)
+        return value
     if isinstance(value, list) and isinstance(info, mi.ListType):
-        return [_drop_nulls(v, info.item_type, dropped) for v in value]
+        return [_meant(v, info.item_type, changed) for v in value]
     if not isinstance(value, dict):
         return value
     if isinstance(info, mi.UnionType):
@@ -204,10 +213,14 @@ def _drop_nulls(value: object, info: mi.Type, dropped: list[int]) -> object:
         if field is None:
             out[name] = v  # unknown: the decoder refuses it by name
         elif v is None and not field.required and not _takes_null(field.type):
-            dropped[0] += 1
+            changed[0] += 1
         else:
-            out[name] = _drop_nulls(v, field.type, dropped)
+            out[name] = _meant(v, field.type, changed)
     return out
+
+
+def _takes_null(info: mi.Type) -> bool:
+    return any(isinstance(t, mi.NoneType | mi.AnyType) for t in _members(info))
 
 
 def _result_count(reply: msgspec.Struct) -> int | None:

@@ -288,3 +288,15 @@ def test_a_null_that_means_something_is_kept_and_a_required_null_refused() -> No
     assert opened != kept
     with pytest.raises(InvalidRequest, match="content"):
         decode_request("add", body({"type": "fact", "content": None, "tags": None}))
+
+
+def test_a_whole_number_written_as_a_float_is_taken_where_an_integer_is_wanted() -> None:
+    # Python's json.dumps(3600.0) writes 3600.0; JSON has one kind of number.
+    add = decode_request("add", body({"type": "fact", "content": "x", "ttl_s": 3600.0}))
+    assert isinstance(add, AddRequest) and add.ttl_s == 3600 and type(add.ttl_s) is int
+    assert decode_request("list", body({"limit": 5.0})) == decode_request(
+        "list", body({"limit": 5})
+    )
+    for wrong in (1.5, True, "3600"):
+        with pytest.raises(InvalidRequest, match="ttl_s"):
+            decode_request("add", body({"type": "fact", "content": "x", "ttl_s": wrong}))
