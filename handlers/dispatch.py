@@ -46,6 +46,7 @@ _decoders = {op: msgspec.json.Decoder(cls) for op, cls in REQUEST_TYPES.items()}
 _encoder = msgspec.json.Encoder()
 _UNKNOWN_FIELD_RE = re.compile(r"unknown field `([^`]*)`")
 _FIELD_PATH_RE = re.compile(r"at `\$\.(\w+)`$")
+_DATE_RE = re.compile(r"\d{4}-\d{2}-\d{2}")
 # Bracket byte -> depth step; every other byte 0.
 _STEP = np.zeros(256, dtype=np.int8)
 _STEP[list(b"[{")] = 1
@@ -143,8 +144,9 @@ def decode_request(op: str, body: bytes) -> Request:
     except msgspec.ValidationError as exc:
         # What JSON libraries of other languages write for what we mean: an absent optional
         # field as null (taken as absent where the field has a default and takes no null),
-        # a whole number as 10.0 (taken as 10 where an integer is wanted). Decoded again,
-        # only on this path, so a valid request is decoded once.
+        # a whole number as 10.0 (taken as 10 where an integer is wanted), a day as
+        # 2026-01-31 (its first moment, UTC, where a time is wanted). Decoded again, only on
+        # this path, so a valid request is decoded once.
         if (again := _as_meant(op, body)) is not None:
             try:
                 return _decoders[op].decode(again)
@@ -168,9 +170,10 @@ def decode_request(op: str, body: bytes) -> Request:
 
 
 def _as_meant(op: str, body: bytes) -> bytes | None:
-    """The body without the nulls of fields that have a default but take no null, and with
-    whole numbers written as floats (10.0) as integers where an integer is wanted, at any
-    depth the request's types reach; None when it holds neither."""
+    """The body without the nulls of fields that have a default but take no null, with
+    whole numbers written as floats (10.0) as integers where an integer is wanted and days
+    as their first moment (UTC) where a time is wanted, at any depth the request's types
+    reach; None when it holds none of them."""
     try:
         value = msgspec.json.decode(body)
     except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
@@ -185,6 +188,11 @@ def _members(info: mi.Type) -> tuple[mi.Type, ...]:
 
 
 def _meant(value: object, info: mi.Type, changed: list[int]) -> object:
+    if isinstance(value, str) and _DATE_RE.fullmatch(value):
+        if any(isinstance(t, mi.DateTimeType) for t in _members(info)):
+            changed[0] += 1
+            return f"{value}T00:00:00Z"  # a date: its first moment, UTC
+        return value
     if isinstance(value, float) and value.is_integer():
         kinds = _members(info)
         if any(isinstance(t, mi.IntType) for t in kinds) and not any(

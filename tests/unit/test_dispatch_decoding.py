@@ -300,3 +300,14 @@ def test_a_whole_number_written_as_a_float_is_taken_where_an_integer_is_wanted()
     for wrong in (1.5, True, "3600"):
         with pytest.raises(InvalidRequest, match="ttl_s"):
             decode_request("add", body({"type": "fact", "content": "x", "ttl_s": wrong}))
+
+
+def test_a_day_where_a_time_is_wanted_is_its_first_moment_in_utc() -> None:
+    day = decode_request("search", body({"query": "x", "since": "2026-01-31"}))
+    moment = decode_request("search", body({"query": "x", "since": "2026-01-31T00:00:00Z"}))
+    assert day == moment
+    # Only where a time is wanted: a content that reads as a day stays text.
+    add = decode_request("add", body({"type": "fact", "content": "2026-01-31", "ttl_s": 60.0}))
+    assert isinstance(add, AddRequest) and add.content == "2026-01-31"
+    with pytest.raises(InvalidRequest, match="since"):
+        decode_request("search", body({"query": "x", "since": "2026-13-01"}))
