@@ -40,6 +40,7 @@ from contracts.subjects import (
 from handlers.dispatch import count_redis_error, dispatch
 from handlers.errors import HandlerError, InvalidRequest, Unavailable
 from handlers.ops.deps import Deps, DurableWrite
+from handlers.ops.secrets import redact
 
 log = structlog.get_logger("membus.durable")
 _encoder = msgspec.json.Encoder()
@@ -336,9 +337,12 @@ class DurableWriteConsumer:
     ) -> None:
         self.rejected += 1
         self._count(op, "rejected")
-        log.warning("durable.rejected", request_id=request_id, code=error.code, error=error.message)
+        # The error may quote the request (an unknown field's name, a workspace's): its
+        # secrets stay out of the event, which a webhook's stream keeps for days.
+        why, _ = redact(error.message)
+        log.warning("durable.rejected", request_id=request_id, code=error.code, error=why)
         if is_valid_namespace(ns):
-            event = RejectedEvent(request_id=request_id, code=error.code, error=error.message)
+            event = RejectedEvent(request_id=request_id, code=error.code, error=why)
             subject = rejected_subject(ns, op if op.isidentifier() else "unknown")
             await self.deps.publish(subject, _encoder.encode(event))
         await msg.ack()  # never retried: it can never succeed

@@ -221,3 +221,17 @@ async def test_a_write_applied_late_changes_nothing_a_later_one_set(
     assert (await mem.get([kept.id])).memories[0].content == "after a new stream"
     history = await mem.history(kept.id)
     assert [e.event for e in history.entries] == ["added", "updated", "updated", "updated"]
+
+
+async def test_a_rejected_writes_event_quotes_no_secret_of_its_request(bus: MemoryBus) -> None:
+    # The error quotes an unknown field's name; the event is kept by a webhook's stream.
+    secret = "sk-proj-" + "a1B2c3D4e5" * 4
+    js = bus.nc.jetstream()
+    async with events(bus, "_rejected.>") as sub:
+        body = msgspec.json.encode({"type": "fact", "content": "x", secret: 1})
+        await js.publish(f"memq.{bus.namespace}.add", body, headers={"Nats-Msg-Id": "quoted-1"})
+        msg = await sub.next_msg(timeout=10)
+    rejected = msgspec.json.decode(msg.data, type=RejectedEvent)
+    assert (rejected.request_id, rejected.code) == ("quoted-1", "invalid_request")
+    assert "Unknown field" in rejected.error and "[redacted:api_key]" in rejected.error
+    assert secret not in msg.data.decode()
