@@ -106,6 +106,11 @@ def overlaps(a: str, b: str) -> bool:
     return _tokens_overlap(a.split("."), b.split("."))
 
 
+def _gone(exc: APIError) -> bool:
+    """Whether JetStream's error says the message is not there."""
+    return isinstance(exc, NotFoundError) or exc.err_code in NO_MESSAGE
+
+
 def covers(flt: str, subject: str) -> bool:
     """Whether every subject the pattern `subject` matches is matched by `flt`."""
     f, s = flt.split("."), subject.split(".")
@@ -144,12 +149,12 @@ class Streams:
                 first, last = info.state.first_seq, info.state.last_seq
                 if name in read_to:
                     first = max(first, read_to[name] + 1)
-                whole_stream = [f for f in mine if all(covers(f, s) for s in subjects)]
-                for flt in whole_stream[:1] or mine:
-                    if whole_stream:  # every message is the namespace's: read by sequence
-                        n, done = await self._erase_every(name, first, last, sought)
-                    else:
-                        n, done = await self._erase_in(name, flt, first, last, sought)
+                if any(all(covers(f, s) for s in subjects) for f in mine):
+                    # Every message is the namespace's: read by sequence.
+                    scans = [await self._erase_every(name, first, last, sought)]
+                else:
+                    scans = [await self._erase_in(name, f, first, last, sought) for f in mine]
+                for n, done in scans:
                     erased += n
                     whole = whole and done
                 read_to[name] = last
@@ -205,7 +210,7 @@ class Streams:
         try:
             return await self.js.get_msg(stream, seq)
         except APIError as exc:
-            if isinstance(exc, NotFoundError) or exc.err_code in NO_MESSAGE:
+            if _gone(exc):
                 return None
             raise
 
@@ -214,8 +219,7 @@ class Streams:
         try:
             return int(bool(await self.js.delete_msg(stream, seq)))
         except APIError as exc:
-            # Acknowledged (a work queue) or aged out meanwhile: gone, as wanted.
-            if isinstance(exc, NotFoundError) or exc.err_code in NO_MESSAGE:
+            if _gone(exc):  # acknowledged (a work queue) or aged out meanwhile, as wanted
                 return 0
             raise
 
